@@ -1,0 +1,94 @@
+# kvcache.offload: one entry point. `make help` lists the targets.
+# Everything the targets make lives under build/ (git ignores it); nothing is
+# written to the user's home, and nothing calls Galaxy or a container registry.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+BUILD := $(CURDIR)/build
+VENV := $(BUILD)/venv
+STAMP := $(VENV)/.installed
+COLLECTION_LINK := $(BUILD)/collections/ansible_collections/kvcache/offload
+
+export PATH := $(VENV)/bin:$(PATH)
+export KVCACHE_BUILD_DIR := $(BUILD)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_HOME := $(BUILD)/ansible-home
+export ANSIBLE_LOCAL_TEMP := $(BUILD)/ansible-home/tmp
+export ANSIBLE_COLLECTIONS_PATH := $(BUILD)/collections
+export ANSIBLE_FORCE_COLOR := 0
+export XDG_CACHE_HOME := $(BUILD)/cache
+export XDG_CONFIG_HOME := $(BUILD)/config
+export MOLECULE_GLOB := molecule/*/molecule.yml
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Telemetry off for every tool that has it.
+export DO_NOT_TRACK := 1
+export VLLM_NO_USAGE_STATS := 1
+export LMCACHE_TRACK_USAGE := false
+export ANSIBLE_LINT_SKIP_SCHEMA_UPDATE := 1
+export ANSIBLE_LINT_NODEPS := 0
+
+.PHONY: help venv collection docker image check lint sanity unit molecule test lab lab-down clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): requirements-dev.txt
+	@echo "==> tool venv in $(VENV) (pinned: requirements-dev.txt)"
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@$(VENV)/bin/python -m pip install --quiet --upgrade pip >$(BUILD)/pip.log 2>&1 || { cat $(BUILD)/pip.log; exit 1; }
+	@$(VENV)/bin/python -m pip install --quiet -r requirements-dev.txt >>$(BUILD)/pip.log 2>&1 || { cat $(BUILD)/pip.log; exit 1; }
+	@touch $@
+
+venv: $(STAMP) collection ## Create the pinned tool venv (ansible, molecule, linters, pytest)
+
+collection: ## Link this checkout into build/collections as kvcache.offload
+	@mkdir -p $(dir $(COLLECTION_LINK)) $(ANSIBLE_LOCAL_TEMP)
+	@test -L $(COLLECTION_LINK) || ln -sfn ../../../.. $(COLLECTION_LINK)
+
+docker: ## Make sure a Docker engine runs (installs docker.io, starts dockerd)
+	@scripts/ensure-docker.sh
+
+image: docker ## Build the local Debian 12 systemd image (cached by recipe hash)
+	@scripts/build-image.sh >/dev/null
+
+check: venv ## Fast gates: yamllint, ansible-lint, ansible-test sanity, unit tests
+	@$(MAKE) --no-print-directory lint sanity unit
+
+lint: venv
+	@echo "==> yamllint"
+	@yamllint --strict .
+	@echo "==> ansible-lint (production profile)"
+	@ansible-lint --offline --profile production -q
+
+sanity: venv
+	@echo "==> ansible-test sanity"
+	@scripts/sanity.sh
+
+unit: venv
+	@echo "==> unit tests"
+	@python -m pytest tests/unit -q --cov=plugins --cov-report=term-missing:skip-covered --cov-report=xml:$(BUILD)/coverage.xml
+
+molecule: venv image ## Every molecule scenario (converge, idempotence, verify)
+	@echo "==> molecule"
+	@molecule test --all
+
+test: ## Everything CI runs: check, molecule, the lab end to end
+	@$(MAKE) --no-print-directory check
+	@$(MAKE) --no-print-directory molecule
+	@$(MAKE) --no-print-directory lab-test
+
+lab: venv image ## Bring the lab up and run site.yml on it
+	@ansible-playbook playbooks/lab_up.yml
+	@ansible-playbook site.yml
+	@ansible-playbook playbooks/lab_info.yml
+
+lab-test: venv image ## The lab from scratch, twice (second run must change nothing), then its tests
+	@scripts/lab-test.sh
+
+lab-down: venv ## Remove everything the lab made
+	@ansible-playbook playbooks/lab_down.yml
+
+clean: lab-down ## Remove build/ (the tool venv, caches, reports)
+	rm -rf $(BUILD)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Run `ansible-test sanity` offline on a copy of the collection laid out as
+# ansible_collections/kvcache/offload (ansible-test needs that path).
+#
+# ansible-test bootstraps pip in its own venvs with a get-pip script it downloads from
+# a host this machine cannot reach; a stand-in that uses ensurepip + pip (trusting the
+# system CA bundle, since ansible-test hides pip's own config) is seeded in its cache.
+# HOME points into build/ so nothing lands in the user's home.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build="$here/build"
+export HOME="$build/ansible-test-home"
+tree="$build/sanity/ansible_collections/kvcache/offload"
+
+at_pkg=$(python -c 'import ansible_test, os; print(os.path.dirname(ansible_test.__file__))')
+pip_version=$(sed -n "s/^ *pip='\([0-9.]*\)',*$/\1/p" "$at_pkg/_internal/python_requirements.py" | head -1)
+[ -n "$pip_version" ] || { echo "sanity: cannot find ansible-test's pip version" >&2; exit 1; }
+cache="$HOME/.ansible/test/cache"
+mkdir -p "$cache"
+cat > "$cache/get_pip_${pip_version//./_}.py" <<'PY'
+"""Stand-in for get-pip.py (written by scripts/sanity.sh): ensurepip, then pip."""
+import os
+import ssl
+import subprocess
+import sys
+
+cafile = ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt"
+if not os.path.exists(cafile):
+    cafile = "/etc/ssl/certs/ca-certificates.crt"
+args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
+subprocess.check_call([sys.executable, "-m", "ensurepip", "--default-pip"])
+subprocess.check_call([sys.executable, "-m", "pip", "install", "--cert", cafile] + args)
+PY
+
+# A fresh copy of what git tracks (and new files git does not ignore).
+rm -rf "$tree"
+mkdir -p "$tree"
+(cd "$here" && git ls-files -co --exclude-standard -z \
+  | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$tree"
+cd "$tree"
+
+python_version=$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+exec ansible-test sanity --color no --python "$python_version" "$@"
