@@ -1,0 +1,157 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvcache.offload developers
+# Apache License 2.0 (see galaxy.yml)
+"""router_backends: the router's backend list, computed from the inventory."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: router_backends
+short_description: Every vLLM instance of every node, as router backends
+version_added: 0.1.0
+description:
+  - Walks the hosts of a group (normally C(kvcache_nodes)) in inventory order and, for each
+    item of the host's C(vllm_instances) list, returns one backend with its URL and model name.
+  - The URL is C(<scheme>://<address>:<port>), where the address is the host's C(ansible_host)
+    (the inventory name when unset); IPv6 addresses are put in brackets.
+  - The model name is the host's C(kvcache_served_model_name), else its C(kvcache_model), else
+    I(default_model). A backend whose model cannot be found has C(model=None), so the caller can
+    fail with a message that names the host.
+  - A host without C(vllm_instances) contributes no backend; a malformed instance (not a mapping,
+    no port, a port that is not an integer 1-65535) is an error that names the host.
+positional: groups
+options:
+  _input:
+    description: C(hostvars).
+    type: dict
+    required: true
+  groups:
+    description: Inventory names of the hosts to walk, e.g. C(groups['kvcache_nodes']).
+    type: list
+    elements: str
+    required: true
+  scheme:
+    description: URL scheme of the instances.
+    type: str
+    default: http
+  default_model:
+    description: Model name for hosts that define neither C(kvcache_served_model_name) nor C(kvcache_model).
+    type: str
+"""
+
+EXAMPLES = r"""
+- name: Compute the router's backends from the nodes' instances
+  ansible.builtin.set_fact:
+    backends: "{{ hostvars | kvcache.offload.router_backends(groups['kvcache_nodes'] | default([])) }}"
+# [{"url": "http://10.0.0.11:8000", "model": "qwen", "host": "gpu1", "instance": "gpu1-0"}, ...]
+"""
+
+RETURN = r"""
+_value:
+  description: One item per instance, in inventory order.
+  type: list
+  elements: dict
+  contains:
+    url:
+      description: Base URL of the instance.
+      type: str
+    model:
+      description: Model name the instance serves (None when it cannot be found).
+      type: str
+    host:
+      description: Inventory name of the node.
+      type: str
+    instance:
+      description: Instance name (C(name) of the item, else C(<host>-<index>)).
+      type: str
+"""
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+_MODEL_VARS = ("kvcache_served_model_name", "kvcache_model")
+
+
+def _lookup(hvars, key):
+    """Value of one host variable, or None (HostVars raise on some undefined lookups)."""
+    try:
+        value = hvars.get(key)
+    except Exception:  # pylint: disable=broad-except
+        return None
+    if value is None or str(value).strip() == "":
+        return None
+    return value
+
+
+def _address(host, hvars):
+    address = str(_lookup(hvars, "ansible_host") or host)
+    if ":" in address and not address.startswith("["):
+        address = "[%s]" % address
+    return address
+
+
+def router_backends(hostvars, groups, scheme="http", default_model=None):
+    """Return [{url, model, host, instance}] for every instance of every host in groups."""
+    if groups is None:
+        groups = []
+    if isinstance(groups, str) or not hasattr(groups, "__iter__"):
+        raise AnsibleFilterError("router_backends: groups must be a list of inventory host names, got %r" % (groups,))
+    backends = []
+    seen = {}
+    for host in groups:
+        try:
+            hvars = hostvars[host]
+        except KeyError:
+            raise AnsibleFilterError("router_backends: host %s is not in hostvars" % host)
+        instances = _lookup(hvars, "vllm_instances") or []
+        if isinstance(instances, Mapping) or isinstance(instances, str) or not hasattr(instances, "__iter__"):
+            raise AnsibleFilterError(
+                "router_backends: host %s: vllm_instances must be a list of instances "
+                "({name, port, gpus, tensor_parallel_size}), got %r. Fix: make vllm_instances a list for %s."
+                % (host, instances, host))
+        model = None
+        for var in _MODEL_VARS:
+            model = _lookup(hvars, var)
+            if model is not None:
+                break
+        if model is None:
+            model = default_model
+        address = _address(host, hvars)
+        for index, instance in enumerate(instances):
+            if not isinstance(instance, Mapping):
+                raise AnsibleFilterError(
+                    "router_backends: host %s: vllm_instances[%d] is not a mapping (%r). "
+                    "Fix: give each instance at least a port, e.g. {name: i0, port: 8000}." % (host, index, instance))
+            port = instance.get("port")
+            try:
+                port_number = int(port)
+            except (TypeError, ValueError):
+                port_number = 0
+            if isinstance(port, bool) or not 1 <= port_number <= 65535:
+                raise AnsibleFilterError(
+                    "router_backends: host %s: vllm_instances[%d] has port %r. "
+                    "Fix: set port to an integer 1-65535 for that instance." % (host, index, port))
+            url = "%s://%s:%d" % (scheme, address, port_number)
+            if url in seen:
+                raise AnsibleFilterError(
+                    "router_backends: host %s: vllm_instances[%d] has the same URL %s as %s. "
+                    "Fix: give every instance its own address and port." % (host, index, url, seen[url]))
+            name = str(instance.get("name") or "%s-%d" % (host, index))
+            seen[url] = "%s/%s" % (host, name)
+            backends.append({
+                "url": url,
+                "model": None if model is None else str(model),
+                "host": str(host),
+                "instance": name,
+            })
+    return backends
+
+
+class FilterModule(object):
+    """kvcache.offload router filters."""
+
+    def filters(self):
+        return {"router_backends": router_backends}
