@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Print the host's own Debian apt sources as one-line ``deb`` entries.
 
 Used to build the lab/molecule base image with mmdebstrap from the mirror this

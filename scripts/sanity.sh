@@ -38,6 +38,9 @@ mkdir -p "$tree"
 (cd "$here" && git ls-files -co --exclude-standard -z \
   | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$tree"
 cd "$tree"
+# ansible-test lists files with git; the copy is its own repository, since the
+# checkout's git ignores build/.
+git init -q . && git add -A
 
 python_version=$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 exec ansible-test sanity --color no --python "$python_version" "$@"
