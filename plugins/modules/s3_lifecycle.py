@@ -1,0 +1,257 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kvcache.offload developers
+# Apache License 2.0 (see galaxy.yml)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: s3_lifecycle
+short_description: One expiration rule on an S3 bucket (StorageGRID, any S3 store)
+version_added: 0.1.0
+description:
+  - Keeps one lifecycle rule, identified by O(rule_id), on a bucket through the S3 API
+    (C(GetBucketLifecycleConfiguration) / C(PutBucketLifecycleConfiguration)), so a KV-cache tier
+    without eviction cannot grow without bound. Objects expire O(expiration_days) after they were written.
+  - Other rules on the bucket are kept as they are. Idempotent: nothing is written when the rule is already there.
+  - Written for StorageGRID (which supports Expiration rules with a prefix filter, counted from ingest time)
+    and tested against a real S3 store (SeaweedFS).
+author:
+  - kvcache.offload developers
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+options:
+  bucket:
+    description: Bucket name.
+    type: str
+    required: true
+  endpoint_url:
+    description: S3 endpoint URL with scheme.
+    type: str
+    required: true
+  region:
+    description: Region for the signature.
+    type: str
+    default: us-east-1
+  access_key:
+    description: S3 access key ID.
+    type: str
+    required: true
+  secret_key:
+    description: S3 secret access key.
+    type: str
+    required: true
+  validate_certs:
+    description: Verify the endpoint's TLS certificate.
+    type: bool
+    default: true
+  ca_bundle:
+    description: CA bundle to verify the endpoint with.
+    type: path
+  timeout:
+    description: Seconds for the connection and for each answer.
+    type: int
+    default: 30
+  addressing_style:
+    description: How the client names the bucket. C(path) works before the endpoint domain's DNS exists.
+    type: str
+    choices: [path, virtual, auto]
+    default: path
+  rule_id:
+    description: ID of the rule this module owns.
+    type: str
+    default: kvcache-expiration
+  prefix:
+    description: Object key prefix the rule applies to; empty for every object.
+    type: str
+    default: ""
+  expiration_days:
+    description: Days after which an object expires.
+    type: int
+  abort_incomplete_multipart_days:
+    description: Days after which incomplete multipart uploads are aborted; C(0) leaves it out of the rule.
+    type: int
+    default: 0
+  state:
+    description: Whether the rule is there or not.
+    type: str
+    choices: [present, absent]
+    default: present
+requirements:
+  - boto3
+"""
+
+EXAMPLES = r"""
+- name: Expire KV-cache objects one week after they were written
+  kvcache.offload.s3_lifecycle:
+    bucket: kvcache
+    endpoint_url: https://s3.grid.example.com
+    access_key: "{{ kvcache_s3_access_key }}"
+    secret_key: "{{ kvcache_s3_secret_key }}"
+    expiration_days: 7
+  no_log: true
+"""
+
+RETURN = r"""
+rule:
+  description: The rule as the module wants it (absent when O(state=absent)).
+  returned: always
+  type: dict
+  sample: {"ID": "kvcache-expiration", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 7}}
+rules:
+  description: Every lifecycle rule on the bucket after the run (as read back, or as it would be in check mode).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+try:
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+    HAS_BOTO3 = True
+    BOTO3_IMPORT_ERROR = None
+except ImportError:
+    HAS_BOTO3 = False
+    BOTO3_IMPORT_ERROR = traceback.format_exc()
+
+
+def _prefix(rule):
+    flt = rule.get("Filter")
+    if isinstance(flt, dict):
+        if "Prefix" in flt:
+            return flt.get("Prefix") or ""
+        if isinstance(flt.get("And"), dict):
+            return flt["And"].get("Prefix") or ""
+        return ""
+    return rule.get("Prefix") or ""
+
+
+def normalize(rule):
+    """The parts of a rule this module manages, comparable across S3 implementations."""
+    abort = rule.get("AbortIncompleteMultipartUpload") or {}
+    return {
+        "ID": rule.get("ID"),
+        "Status": rule.get("Status"),
+        "Prefix": _prefix(rule),
+        "Days": (rule.get("Expiration") or {}).get("Days"),
+        "AbortDays": abort.get("DaysAfterInitiation"),
+    }
+
+
+def wanted_rule(params):
+    rule = {
+        "ID": params["rule_id"],
+        "Status": "Enabled",
+        "Filter": {"Prefix": params["prefix"]},
+        "Expiration": {"Days": params["expiration_days"]},
+    }
+    if params["abort_incomplete_multipart_days"]:
+        rule["AbortIncompleteMultipartUpload"] = {"DaysAfterInitiation": params["abort_incomplete_multipart_days"]}
+    return rule
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            bucket=dict(type="str", required=True),
+            endpoint_url=dict(type="str", required=True),
+            region=dict(type="str", default="us-east-1"),
+            access_key=dict(type="str", required=True, no_log=True),
+            secret_key=dict(type="str", required=True, no_log=True),
+            validate_certs=dict(type="bool", default=True),
+            ca_bundle=dict(type="path"),
+            timeout=dict(type="int", default=30),
+            addressing_style=dict(type="str", default="path", choices=["path", "virtual", "auto"]),
+            rule_id=dict(type="str", default="kvcache-expiration"),
+            prefix=dict(type="str", default=""),
+            expiration_days=dict(type="int"),
+            abort_incomplete_multipart_days=dict(type="int", default=0),
+            state=dict(type="str", default="present", choices=["present", "absent"]),
+        ),
+        required_if=[("state", "present", ["expiration_days"])],
+        supports_check_mode=True,
+    )
+    if not HAS_BOTO3:
+        module.fail_json(msg=missing_required_lib("boto3"), exception=BOTO3_IMPORT_ERROR)
+    p = module.params
+    if not p["endpoint_url"].startswith(("http://", "https://")):
+        module.fail_json(msg="endpoint_url %r has no http:// or https:// scheme." % p["endpoint_url"], rule={}, rules=[])
+    if p["state"] == "present" and p["expiration_days"] < 1:
+        module.fail_json(msg="expiration_days must be at least 1, got %d." % p["expiration_days"], rule={}, rules=[])
+
+    verify = p["ca_bundle"] if p["ca_bundle"] else p["validate_certs"]
+    client = boto3.client(
+        "s3",
+        endpoint_url=p["endpoint_url"],
+        region_name=p["region"],
+        aws_access_key_id=p["access_key"],
+        aws_secret_access_key=p["secret_key"],
+        verify=verify,
+        config=Config(
+            connect_timeout=p["timeout"],
+            read_timeout=p["timeout"],
+            retries={"max_attempts": 3, "mode": "standard"},
+            s3={"addressing_style": p["addressing_style"]},
+            signature_version="s3v4",
+        ),
+    )
+
+    try:
+        try:
+            current = client.get_bucket_lifecycle_configuration(Bucket=p["bucket"]).get("Rules", [])
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NoSuchLifecycleConfiguration":
+                current = []
+            else:
+                raise
+        others = [r for r in current if r.get("ID") != p["rule_id"]]
+        mine = [r for r in current if r.get("ID") == p["rule_id"]]
+        rule = wanted_rule(p) if p["state"] == "present" else {}
+
+        if p["state"] == "present":
+            changed = len(mine) != 1 or normalize(mine[0]) != normalize(rule)
+            new_rules = others + [rule]
+        else:
+            changed = bool(mine)
+            new_rules = others
+
+        if changed and not module.check_mode:
+            if new_rules:
+                client.put_bucket_lifecycle_configuration(
+                    Bucket=p["bucket"], LifecycleConfiguration={"Rules": new_rules})
+            else:
+                client.delete_bucket_lifecycle(Bucket=p["bucket"])
+            try:
+                new_rules = client.get_bucket_lifecycle_configuration(Bucket=p["bucket"]).get("Rules", [])
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "NoSuchLifecycleConfiguration":
+                    raise
+                new_rules = []
+            if p["state"] == "present":
+                back = [r for r in new_rules if r.get("ID") == p["rule_id"]]
+                if len(back) != 1 or normalize(back[0]) != normalize(rule):
+                    module.fail_json(msg="The store accepted the lifecycle rule but reads back %r." % back,
+                                     rule=rule, rules=new_rules)
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        module.fail_json(msg="S3 %s on bucket %s failed: %s %s" % (exc.operation_name, p["bucket"], err.get("Code"), err.get("Message")),
+                         rule={}, rules=[])
+    except BotoCoreError as exc:
+        module.fail_json(msg="S3 request to %s failed: %s" % (p["endpoint_url"], exc), rule={}, rules=[])
+
+    module.exit_json(changed=changed, rule=rule, rules=new_rules)
+
+
+if __name__ == "__main__":
+    main()
