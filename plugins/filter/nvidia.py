@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvcache.offload contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters that choose NVIDIA repositories and packages (logic in module_utils).
 
 nvidia_driver_plan(facts, branch, kernel_modules, source, dkms, nvswitch, driver_version)

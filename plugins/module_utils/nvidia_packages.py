@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvcache.offload contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Which NVIDIA repository and packages a host needs: pure functions, unit tested.
 
 The nvidia_driver and container_runtime roles call these through the filters in
@@ -128,7 +128,8 @@ def driver_plan(distribution, version, architecture="x86_64", branch="580", kern
             if not versioned:
                 plan["pinning_package"] = "nvidia-driver-pinning-%s" % branch
             meta = "nvidia-open" if is_open else "cuda-drivers"
-            plan["packages"] = ["%s-%s" % (meta, branch) if versioned else meta]
+            meta = "%s-%s" % (meta, branch) if versioned else meta
+            plan["packages"] = [meta + ("=%s-*" % driver_version if driver_version else "")]
             fm = "nvidia-fabricmanager-%s" % branch if b < UNVERSIONED_NAMES_FROM else "nvidia-fabricmanager"
             plan["fabricmanager_package"] = fm
         else:
@@ -136,6 +137,11 @@ def driver_plan(distribution, version, architecture="x86_64", branch="580", kern
                 plan["error"] = ("open kernel modules from NVIDIA's RHEL 9 repository are built with DKMS; "
                                  "set nvidia_driver_dkms: true, or nvidia_driver_kernel_modules: proprietary "
                                  "for precompiled modules")
+                return plan
+            if driver_version:
+                plan["error"] = ("on %s the dnf module stream holds the host on a branch; an exact "
+                                 "nvidia_driver_version is supported on apt distributions only: leave it "
+                                 "empty" % distribution)
                 return plan
             stream = branch + ("-open" if is_open else ("-dkms" if dkms else ""))
             plan["module_stream"] = "nvidia-driver:%s" % stream
@@ -145,6 +151,10 @@ def driver_plan(distribution, version, architecture="x86_64", branch="580", kern
         if family == "dnf":
             plan["error"] = ("%s 9 has no NVIDIA driver in its own repositories; use "
                              "nvidia_driver_source: cuda_repo" % distribution)
+            return plan
+        if driver_version:
+            plan["error"] = ("the distribution's packages follow its own updates; an exact "
+                             "nvidia_driver_version needs nvidia_driver_source: cuda_repo")
             return plan
         if distribution == "Ubuntu":
             flavour = "%s-server%s" % (branch, "-open" if is_open else "")

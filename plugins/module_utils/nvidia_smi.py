@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvcache.offload contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Parse nvidia-smi output and NVIDIA PCI devices into structured GPU facts.
 
 Pure functions on text (no subprocess, no Ansible), so captured outputs can be unit

@@ -143,3 +143,13 @@ def test_engine_packages():
         "error": "", "packages": ["podman"], "service": "podman.socket"}
     assert "container_runtime_engine" in flt.container_engine_packages(DEBIAN12, engine="lxc")["error"]
     assert "not supported" in flt.container_engine_packages({"distribution": "Arch", "distribution_version": "1"})["error"]
+
+
+def test_exact_version_pin():
+    assert flt.nvidia_driver_plan(UBUNTU22, branch="570", driver_version="570.172.08")["packages"] == [
+        "nvidia-open-570=570.172.08-*"]
+    assert flt.nvidia_driver_plan(DEBIAN12, branch="580", driver_version="580.95.05")["packages"] == [
+        "nvidia-open=580.95.05-*"]
+    assert "apt distributions only" in flt.nvidia_driver_plan(RHEL9, branch="570", driver_version="570.1")["error"]
+    assert "cuda_repo" in flt.nvidia_driver_plan(UBUNTU22, branch="570", driver_version="570.1",
+                                                 source="distribution")["error"]
