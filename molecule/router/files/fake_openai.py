@@ -3,7 +3,7 @@
 
 Answers /health, /metrics, /v1/models and /v1/chat/completions like vLLM does (the API key,
 from FAKE_API_KEY, guards /v1 only), and records every request it receives: GET /_requests
-returns the count per path and the Authorization header of the last /v1 request.
+returns the count per path and per Authorization header seen on /v1 ("None" when absent).
 Usage: fake_openai.py PORT (binds 127.0.0.1).
 """
 import json
@@ -16,7 +16,7 @@ PORT = int(sys.argv[1])
 KEY = os.environ.get("FAKE_API_KEY", "")
 MODEL = os.environ.get("FAKE_MODEL", "tiny-test")
 LOCK = threading.Lock()
-SEEN = {"counts": {}, "last_v1_authorization": None, "port": PORT, "pid": os.getpid()}
+SEEN = {"counts": {}, "v1_authorization": {}, "port": PORT, "pid": os.getpid()}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -43,7 +43,8 @@ class Handler(BaseHTTPRequestHandler):
             key = "%s %s" % (self.command, path)
             SEEN["counts"][key] = SEEN["counts"].get(key, 0) + 1
             if path.startswith("/v1/"):
-                SEEN["last_v1_authorization"] = self.headers.get("Authorization")
+                auth = str(self.headers.get("Authorization"))
+                SEEN["v1_authorization"][auth] = SEEN["v1_authorization"].get(auth, 0) + 1
         if path == "/health":
             return self._reply(200, "", "text/plain")
         if path == "/metrics":
