@@ -309,7 +309,7 @@ def make_s3_client(endpoint_url=None, region=None, access_key=None, secret_key=N
     config = BotoConfig(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
-        retries={"max_attempts": retries, "mode": "standard"},
+        retries={"total_max_attempts": retries, "mode": "standard"},
         s3={"addressing_style": addressing_style},
         signature_version="s3v4",
     )

@@ -32,6 +32,10 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        # A client that timed out closes its socket; the resulting BrokenPipe is expected.
+        pass
+
 
 class _Base(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
