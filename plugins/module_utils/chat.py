@@ -15,7 +15,7 @@ import random
 import statistics
 import time
 
-from ansible_collections.kvcache.offload.plugins.module_utils.http import (
+from ansible_collections.kvcache.offload.plugins.module_utils.http_client import (
     HttpError,
     KIND_HTTP,
     KIND_PROTOCOL,

@@ -23,7 +23,7 @@ description:
     status is expected (for example C(401) to prove that a request without key is refused).
   - Every request is bounded by O(timeout); a hanging server fails the task, it never hangs the run.
 author:
-  - kvcache.offload contributors
+  - kvcache.offload developers (!UNKNOWN)
 requirements:
   - Python standard library only.
 options:
@@ -40,7 +40,7 @@ options:
     default: /v1/chat/completions
   api_key:
     description:
-      - API key, sent as C(Authorization: Bearer <key>). Omit to send no Authorization header.
+      - 'API key, sent as C(Authorization: Bearer <key>). Omit to send no Authorization header.'
       - Never logged and never returned.
     type: str
   model:
@@ -124,9 +124,11 @@ notes:
     only when started with C(--enable-prompt-tokens-details).
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: In check mode no request is sent.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 """
 
@@ -267,7 +269,7 @@ summary:
       description: Median total time over all successful rounds.
       type: float
     speedup:
-      description: O(ttft_first) divided by O(ttft_rest_median).
+      description: C(ttft_first) divided by C(ttft_rest_median).
       type: float
 error:
   description: The first failed round's error (see RV(rounds[].error)), null when every round met O(expect_status).

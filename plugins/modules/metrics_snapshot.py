@@ -17,10 +17,10 @@ description:
   - With O(baseline) (the registered result of an earlier run of this module) it also returns
     RV(delta), the growth of every counter per URL and summed over all URLs, so a playbook can take a
     snapshot, send a probe, take another snapshot and assert on what the probe caused.
-  - A counter that went down (the process restarted) is reported in RV(delta.per_url.resets) and its
+  - A counter that went down (the process restarted) is listed in C(resets) of RV(delta.per_url) and its
     delta is its current value.
 author:
-  - kvcache.offload contributors
+  - kvcache.offload developers (!UNKNOWN)
 requirements:
   - prometheus-client (Python library) on the host that runs the module.
 options:
@@ -33,7 +33,7 @@ options:
   baseline:
     description:
       - The registered result of an earlier C(kvcache.offload.metrics_snapshot) run (or its RV(snapshots)).
-      - URLs missing from the baseline get RV(delta.per_url.baseline_missing=true) and no deltas.
+      - URLs missing from the baseline get C(baseline_missing=true) in RV(delta.per_url) and no deltas.
     type: dict
   prefixes:
     description:
@@ -44,7 +44,7 @@ options:
   label_filter:
     description:
       - Keep only series whose labels match; a series that lacks a filter label is kept.
-      - For example C({model_name: my-model}) on a page shared by several models.
+      - 'For example C({model_name: my-model}) on a page shared by several models.'
     type: dict
     default: {}
   extra_metrics:
@@ -81,8 +81,10 @@ notes:
   - Read-only; runs in check mode as well.
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 """
 
@@ -189,7 +191,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.kvcache.offload.plugins.module_utils.http import HttpError, fetch
+from ansible_collections.kvcache.offload.plugins.module_utils.http_client import HttpError, fetch
 from ansible_collections.kvcache.offload.plugins.module_utils.prom import (
     HAS_PROMETHEUS_CLIENT,
     PROMETHEUS_IMPORT_ERROR,

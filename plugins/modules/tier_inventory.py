@@ -22,7 +22,7 @@ description:
   - A listing failure is returned as a structured RV(error) (auth, not_found, addressing, dns,
     connection, timeout, tls, missing, permission, ...) and fails the task.
 author:
-  - kvcache.offload contributors
+  - kvcache.offload developers (!UNKNOWN)
 requirements:
   - boto3 (Python library) for O(backend=s3).
 options:
@@ -111,8 +111,10 @@ notes:
   - Read-only; runs in check mode as well.
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 """
 

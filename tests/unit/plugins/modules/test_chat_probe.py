@@ -41,9 +41,9 @@ def test_three_rounds_same_prefix_ttft_drops(run_module, fake_openai):
 
 
 def test_prefix_is_identical_across_hosts_for_a_seed(run_module, fake_openai):
-    first, _ = run_module(chat_probe, args(fake_openai, rounds=1))
-    second, _ = run_module(chat_probe, args(fake_openai, rounds=1))
-    other, _ = run_module(chat_probe, args(fake_openai, rounds=1, seed="s2"))
+    first = run_module(chat_probe, args(fake_openai, rounds=1))[0]
+    second = run_module(chat_probe, args(fake_openai, rounds=1))[0]
+    other = run_module(chat_probe, args(fake_openai, rounds=1, seed="s2"))[0]
     assert first["prefix"]["sha256"] == second["prefix"]["sha256"] != other["prefix"]["sha256"]
 
 

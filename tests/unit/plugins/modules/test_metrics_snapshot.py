@@ -39,9 +39,9 @@ def test_snapshot_then_delta(run_module, static_pages):
 def test_baseline_may_be_the_snapshots_dict(run_module, static_pages):
     static_pages.pages["/m"] = page("vllm_a_before.txt")
     url = static_pages.base_url + "/m"
-    before, _ = run_module(metrics_snapshot, {"urls": [url]})
+    before = run_module(metrics_snapshot, {"urls": [url]})[0]
     static_pages.pages["/m"] = page("vllm_a_after.txt")
-    after, _ = run_module(metrics_snapshot, {"urls": [url], "baseline": before["snapshots"]})
+    after = run_module(metrics_snapshot, {"urls": [url], "baseline": before["snapshots"]})[0]
     assert after["delta"]["per_url"][url]["summary"]["prefix_cache_hits"] == 4096
 
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from ansible_collections.kvcache.offload.plugins.module_utils import http
+from ansible_collections.kvcache.offload.plugins.module_utils import http_client as http
 
 
 def test_fetch_returns_body_and_status(static_pages):
