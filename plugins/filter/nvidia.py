@@ -9,7 +9,7 @@ nvidia_driver_plan(facts, branch, kernel_modules, source, dkms, nvswitch, driver
        distribution_version, architecture).
 nvidia_fabricmanager_spec(plan, driver_version) -> package spec of exactly that version.
 nvidia_toolkit_plan(facts, channel) -> dict: error, family, repo, packages.
-container_engine_packages(facts, engine, docker_source) -> dict: error, packages, service.
+container_engine_packages(facts, engine, docker_source) -> dict: error, packages, service, repo.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -45,8 +45,8 @@ def nvidia_toolkit_plan(facts, channel="stable"):
 
 
 def container_engine_packages(facts, engine="docker", docker_source="distribution"):
-    distribution, version, _arch = _facts(facts)
-    return engine_packages(distribution, version, engine, docker_source)
+    distribution, version, arch = _facts(facts)
+    return engine_packages(distribution, version, engine, docker_source, arch)
 
 
 class FilterModule(object):

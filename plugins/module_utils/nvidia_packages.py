@@ -231,22 +231,42 @@ def toolkit_plan(distribution, version, architecture="x86_64", engine="docker", 
     return plan
 
 
-def engine_packages(distribution, version, engine="docker", docker_source="distribution"):
-    """Container engine packages for the host's distribution."""
+DOCKER_REPO_BASE = "https://download.docker.com/linux"
+
+
+def engine_packages(distribution, version, engine="docker", docker_source="distribution", architecture="x86_64"):
+    """Container engine packages (and Docker's repository when chosen) for the host."""
+    plan = {"error": "", "packages": [], "service": None, "repo": None}
     platform, _major = _platform(distribution, version)
     if platform is None:
-        return {"error": "%s %s is not supported by the container_runtime role" % (distribution, version),
-                "packages": [], "service": None}
+        plan["error"] = "%s %s is not supported by the container_runtime role" % (distribution, version)
+        return plan
     family = platform[0]
     if engine == "podman":
-        return {"error": "", "packages": ["podman"], "service": "podman.socket"}
+        plan.update(packages=["podman"], service="podman.socket")
+        return plan
     if engine != "docker":
-        return {"error": "container_runtime_engine is %r; expected docker or podman" % engine,
-                "packages": [], "service": None}
+        plan["error"] = "container_runtime_engine is %r; expected docker or podman" % engine
+        return plan
     if docker_source == "docker_ce":
-        return {"error": "", "packages": ["docker-ce", "docker-ce-cli", "containerd.io"], "service": "docker"}
+        plan.update(packages=["docker-ce", "docker-ce-cli", "containerd.io"], service="docker")
+        if family == "apt":
+            base = "%s/%s" % (DOCKER_REPO_BASE, distribution.lower())
+            plan["repo"] = {"name": "docker", "url": base, "key_url": base + "/gpg",
+                            "keyring": "/etc/apt/keyrings/docker.asc", "components": "stable",
+                            "architectures": CUDA_ARCH.get(architecture, ("", "amd64"))[1]}
+        else:
+            base = "%s/rhel" % DOCKER_REPO_BASE
+            plan["repo"] = {"name": "docker-ce-stable", "url": base + "/$releasever/$basearch/stable",
+                            "key_url": base + "/gpg", "keyring": None, "components": None, "architectures": None}
+        return plan
+    if docker_source != "distribution":
+        plan["error"] = ("container_runtime_docker_source is %r; expected distribution or docker_ce"
+                         % docker_source)
+        return plan
     if family == "dnf":
-        return {"error": ("%s 9 does not package Docker; set container_runtime_docker_source: docker_ce "
-                          "(Docker's repository) or container_runtime_engine: podman" % distribution),
-                "packages": [], "service": None}
-    return {"error": "", "packages": ["docker.io"], "service": "docker"}
+        plan["error"] = ("%s 9 does not package Docker; set container_runtime_docker_source: docker_ce "
+                         "(Docker's repository) or container_runtime_engine: podman" % distribution)
+        return plan
+    plan.update(packages=["docker.io"], service="docker")
+    return plan

@@ -140,7 +140,13 @@ def test_engine_packages():
     assert flt.container_engine_packages(UBUNTU22, docker_source="docker_ce")["packages"][0] == "docker-ce"
     assert "docker_ce" in flt.container_engine_packages(RHEL9)["error"]
     assert flt.container_engine_packages(RHEL9, engine="podman") == {
-        "error": "", "packages": ["podman"], "service": "podman.socket"}
+        "error": "", "packages": ["podman"], "service": "podman.socket", "repo": None}
+    ce = flt.container_engine_packages(UBUNTU24, docker_source="docker_ce")
+    assert ce["repo"]["url"] == "https://download.docker.com/linux/ubuntu"
+    assert ce["repo"]["keyring"] == "/etc/apt/keyrings/docker.asc" and ce["repo"]["key_url"].endswith("/gpg")
+    rhel_ce = flt.container_engine_packages(RHEL9, docker_source="docker_ce")
+    assert rhel_ce["repo"]["url"] == "https://download.docker.com/linux/rhel/$releasever/$basearch/stable"
+    assert "container_runtime_docker_source" in flt.container_engine_packages(DEBIAN12, docker_source="snap")["error"]
     assert "container_runtime_engine" in flt.container_engine_packages(DEBIAN12, engine="lxc")["error"]
     assert "not supported" in flt.container_engine_packages({"distribution": "Arch", "distribution_version": "1"})["error"]
 
