@@ -93,6 +93,11 @@ status:
   returned: always
   type: int
   sample: 200
+reachable:
+  description: Whether the bucket answered under its virtual-hosted name (false when the module fails).
+  returned: always
+  type: bool
+  sample: true
 """
 
 import time
@@ -128,14 +133,14 @@ def main():
     parts = urlsplit(p["endpoint"])
     if parts.scheme not in ("http", "https") or not parts.hostname:
         module.fail_json(msg="endpoint %r has no http:// or https:// scheme. Fix: give the full URL, e.g. https://s3.example.com"
-                         % p["endpoint"], url="", host="", addresses=[], status=0)
+                         % p["endpoint"], url="", host="", addresses=[], status=0, reachable=False)
     default_port = 443 if parts.scheme == "https" else 80
     port = parts.port or default_port
     host = "%s.%s" % (p["bucket"], parts.hostname)
     host_header = host if port == default_port else "%s:%d" % (host, port)
     query = [("list-type", "2"), ("max-keys", "1")]
     url = "%s://%s/?%s" % (parts.scheme, host_header, s3_sigv4.canonical_query(query))
-    result = dict(changed=False, url=url, host=host, addresses=[], status=0)
+    result = dict(changed=False, url=url, host=host, addresses=[], status=0, reachable=False)
 
     try:
         infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
@@ -189,6 +194,7 @@ def main():
                 name = child.text or ""
 
     if result["status"] == 200 and tag == "ListBucketResult" and name == p["bucket"]:
+        result["reachable"] = True
         module.exit_json(**result)
     if result["status"] == 200 and tag == "ListAllMyBucketsResult":
         module.fail_json(msg="%s answered as the service root (a bucket list), not as bucket %s: the S3 service does not "
