@@ -19,7 +19,6 @@ export ANSIBLE_LOCAL_TEMP := $(BUILD)/ansible-home/tmp
 export ANSIBLE_COLLECTIONS_PATH := $(BUILD)/collections
 export ANSIBLE_FORCE_COLOR := 0
 export XDG_CACHE_HOME := $(BUILD)/cache
-export XDG_CONFIG_HOME := $(BUILD)/config
 export MOLECULE_GLOB := molecule/*/molecule.yml
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Telemetry off for every tool that has it.

@@ -26,13 +26,13 @@ if ! command -v mmdebstrap >/dev/null 2>&1; then
 fi
 
 echo "==> building $image with mmdebstrap (about a minute)" >&2
-# Hooks run in the new root: trim units that make no sense in a container and make
-# `container=docker` visible to systemd (containers are run with stop signal SIGRTMIN+3;
-# this Docker cannot bake STOPSIGNAL into an imported image). Sources stay the host's.
-mmdebstrap --quiet --variant=minbase --include="$packages" \
+# Hooks run in the new root and trim units that make no sense in a container. The apt
+# lists stay, as on a freshly installed server (apt's cache_valid_time then works).
+# Containers must be run with stop signal SIGRTMIN+3: this Docker cannot bake STOPSIGNAL
+# into an imported image. The image's apt sources are the host's.
+mmdebstrap --quiet --variant=minbase --include="$packages" --skip=cleanup/apt/lists \
   --customize-hook='chroot "$1" systemctl mask getty.target systemd-udevd.service systemd-udev-trigger.service systemd-remount-fs.service systemd-firstboot.service sys-kernel-debug.mount sys-kernel-tracing.mount dev-hugepages.mount' \
   --customize-hook='rm -f "$1"/etc/machine-id && : > "$1"/etc/machine-id' \
-  --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
   bookworm - "$sources" \
   | docker import \
       --change 'ENV container=docker' \
