@@ -42,7 +42,7 @@ CUDA_ARCH = {"x86_64": ("x86_64", "amd64"), "aarch64": ("sbsa", "arm64")}
 
 
 def _platform(distribution, version):
-    major = str(version).split(".")[0]
+    major = str(version).split(".", maxsplit=1)[0]
     if distribution == "Ubuntu":
         key = (distribution, ".".join(str(version).split(".")[:2]))
     else:

@@ -22,7 +22,7 @@ description:
     versions, typically after a driver upgrade without reboot) and reports C(reboot_required=true).
   - Changes nothing; runs the same in check mode.
 author:
-  - kvcache.offload contributors
+  - kvcache.offload contributors (@kvcache-offload)
 options:
   nvidia_smi_path:
     description:
@@ -45,10 +45,13 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   facts:
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
 notes:
   - NVSwitch presence comes from the PCI bus (NVIDIA functions of class 0x0680) or a
