@@ -57,7 +57,7 @@ class RecordingServer:
                 if auth.startswith("Basic "):
                     user = base64.b64decode(auth[6:]).decode().split(":", 1)
                 elif auth:
-                    user = auth.split(" ", 1)[0]
+                    user = auth.split(" ", 1)
                 req = Request(method=self.command, path=parts.path,
                               query=dict(parse_qsl(parts.query, keep_blank_values=True)),
                               body=body, user=user, host=self.headers.get("Host"))

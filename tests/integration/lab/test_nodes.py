@@ -1,0 +1,138 @@
+"""The nodes stage in the lab: real vLLM (CPU build) instances under systemd.
+
+Asserts real state on the lab's containers: unit and settings files with their modes,
+`systemctl is-active`, /health, the API key enforced (401 without it, 200 with it),
+the key kept out of units, `systemctl show`, the journal and command lines, and KV
+computed on one instance served to the other from the shared tier.
+"""
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import ROOT, container_name, docker_exec
+
+API_KEY_FILE = os.path.join(ROOT, "build", "lab", "secrets", "api-key")
+CONF_DIR = "/etc/kvcache/vllm"
+
+
+@pytest.fixture(scope="module")
+def api_key():
+    with open(API_KEY_FILE, encoding="utf-8") as handle:
+        key = handle.read().strip()
+    assert len(key) >= 32
+    assert os.stat(API_KEY_FILE).st_mode & 0o077 == 0, "the lab's API key file must be root-only"
+    return key
+
+
+@pytest.fixture(scope="module")
+def instances(hostvars, node_hosts):
+    """(host, container, instance, base_url) for every instance of every node."""
+    out = []
+    for host in node_hosts:
+        for inst in hostvars[host]["vllm_instances"]:
+            url = "http://%s:%d" % (hostvars[host]["ansible_host"], inst["port"])
+            out.append((host, container_name(hostvars, host), inst, url))
+    assert len(out) >= 2, "the lab needs two instances for the cross-instance test"
+    return out
+
+
+def http(url, body=None, key=None, timeout=60):
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def metric(url, name, labels):
+    """Sum of a counter's samples whose labels include `labels`."""
+    _, text = http(url + "/metrics")
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        match = re.match(r"^([^{]+)\{(.*)\}\s+([0-9.eE+-]+)$", line)
+        have = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(match.group(3))
+    return total
+
+
+def test_units_and_files(instances):
+    for host, container, inst, _ in instances:
+        unit = docker_exec(container, "systemctl", "cat", "kvcache-vllm@%s.service" % inst["name"]).stdout
+        assert "EnvironmentFile=%s/api-key.env" % CONF_DIR in unit
+        assert "VLLM_API_KEY" not in unit
+        assert "Restart=on-failure" in unit
+        assert "RequiresMountsFor=/mnt/kvcache" in unit
+        modes = docker_exec(container, "stat", "-c", "%a %U %G %n",
+                            "%s/api-key.env" % CONF_DIR, "%s/%s.env" % (CONF_DIR, inst["name"])).stdout.split("\n")
+        assert modes[0].startswith("600 root root"), "%s: %s" % (host, modes[0])
+        assert modes[1].startswith("640 root kvcache"), "%s: %s" % (host, modes[1])
+        env = docker_exec(container, "cat", "%s/%s.env" % (CONF_DIR, inst["name"])).stdout
+        for line in ("LMCACHE_TRACK_USAGE=false", "DO_NOT_TRACK=1", "VLLM_NO_USAGE_STATS=1",
+                     "PYTHONHASHSEED=123", "HF_HUB_OFFLINE=1"):
+            assert line in env.splitlines(), "%s: %s missing from the instance settings" % (host, line)
+        assert "PROMETHEUS_MULTIPROC_DIR=/run/kvcache-vllm-%s/prometheus" % inst["name"] in env
+        assert '"kv_load_failure_policy":"recompute"' in env
+
+
+def test_instances_are_active_and_healthy(instances):
+    for host, container, inst, url in instances:
+        state = docker_exec(container, "systemctl", "is-active", "kvcache-vllm@%s.service" % inst["name"],
+                            check=False).stdout.strip()
+        assert state == "active", "%s: instance %s is %s" % (host, inst["name"], state)
+        status, _ = http(url + "/health")
+        assert status == 200, "%s: /health answered %s" % (host, status)
+
+
+def test_api_key_is_enforced(instances, api_key, hostvars):
+    model = hostvars[instances[0][0]]["kvcache_served_model_name"]
+    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
+    for host, _, _, url in instances:
+        status, _ = http(url + "/v1/chat/completions", body)
+        assert status == 401, "%s: a request without the key got %s" % (host, status)
+        status, _ = http(url + "/v1/chat/completions", body, key="wrong-" + api_key)
+        assert status == 401, "%s: a request with a wrong key got %s" % (host, status)
+        status, text = http(url + "/v1/chat/completions", body, key=api_key)
+        assert status == 200, "%s: a request with the key got %s: %s" % (host, status, text[:200])
+        assert json.loads(text)["choices"], text
+
+
+def test_api_key_stays_secret(instances, api_key):
+    for host, container, inst, _ in instances:
+        unit = "kvcache-vllm@%s.service" % inst["name"]
+        for argv in (["systemctl", "show", unit], ["systemctl", "cat", unit],
+                     ["journalctl", "--no-pager", "-u", unit],
+                     ["sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"],
+                     ["cat", "%s/%s.env" % (CONF_DIR, inst["name"])]):
+            out = docker_exec(container, *argv, check=False).stdout
+            assert api_key not in out, "%s: the API key shows in `%s`" % (host, " ".join(argv))
+
+
+def test_kv_from_instance_a_is_a_hit_on_instance_b(instances, api_key, hostvars):
+    """A long prompt on A writes KV to the shared tier; the same prompt on B loads it."""
+    (_, _, _, url_a), (_, _, _, url_b) = instances[0], instances[1]
+    model = hostvars[instances[0][0]]["kvcache_served_model_name"]
+    marker = "run %d " % time.time_ns()
+    prompt = marker + " ".join("the shared prefix of document %d talks about cache tiers." % i for i in range(120))
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 2}
+    source = "vllm:prompt_tokens_by_source_total"
+    before = metric(url_b, source, {"source": "external_kv_transfer"})
+    status, text = http(url_a + "/v1/chat/completions", body, key=api_key, timeout=120)
+    assert status == 200, text[:300]
+    status, text = http(url_b + "/v1/chat/completions", body, key=api_key, timeout=120)
+    assert status == 200, text[:300]
+    after = metric(url_b, source, {"source": "external_kv_transfer"})
+    assert after - before >= 256, (
+        "instance B loaded %s tokens from the shared tier (expected the prompt's KV, >= 256)" % (after - before))

@@ -1,0 +1,176 @@
+"""storagegrid_s3 in tenant mode against the StorageGRID test double: login, bucket, ONE S3 key
+created and reused (key file, then vault), the expiration rule through the S3 API,
+secrets kept out of the output, and bad input refused before any request."""
+import json
+import os
+import stat
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.doubles.storagegrid_rest import TOKEN, StorageGridDouble
+from tests.integration.conftest import recap
+
+TENANT_PASSWORD = "double-tenant-password"
+USER_ID = "00000000-0000-4000-8000-000000000077"
+
+
+@pytest.fixture
+def grid(tls_dir):
+    double = StorageGridDouble(tls_dir, password=TENANT_PASSWORD).start()
+    yield double
+    double.stop()
+
+
+def role_vars(grid, tmp_path, **extra):
+    url = "https://localhost:%d" % grid.server.port
+    data = {
+        "storagegrid_s3_bucket": "kvcache",
+        "storagegrid_s3_endpoint": url,
+        "storagegrid_s3_region": "us-east-1",
+        "storagegrid_s3_access_key": "",
+        "storagegrid_s3_secret_key": "",
+        "storagegrid_s3_validate_certs": False,  # the test double's throw-away certificate only
+        "storagegrid_s3_tenant_api_url": url,
+        "storagegrid_s3_tenant_account_id": grid.account_id,
+        "storagegrid_s3_tenant_username": grid.username,
+        "storagegrid_s3_tenant_password": TENANT_PASSWORD,
+        "storagegrid_s3_key_user": "user/kvcache",
+        "storagegrid_s3_create_key": True,
+        "storagegrid_s3_key_file": str(tmp_path / "kvcache-s3-key.json"),
+        "storagegrid_s3_expiration_days": 3,
+        "storagegrid_s3_vhost_check_hosts": [],
+    }
+    data.update(extra)
+    return data
+
+
+def mgmt_calls(grid):
+    return [r.call + ("?" + "&".join(sorted(r["query"])) if r["query"] else "") for r in grid.server.requests]
+
+
+def secrets_in(text, grid):
+    found = [TENANT_PASSWORD, TOKEN] + [k["secret"] for k in grid.keys.values()]
+    return [s for s in found if s in text]
+
+
+FIRST_RUN = [
+    "POST /api/v3/authorize",
+    "GET /api/v3/org/users/user/kvcache",
+    "GET /api/v3/org/config/product-version",
+    "GET /api/v3/org/containers?include",
+    "POST /api/v3/org/containers",
+    "PUT /api/v3/org/containers/kvcache/versioning",
+    "GET /api/v3/org/users/user/kvcache",
+    "POST /api/v3/org/users/%s/s3-access-keys" % USER_ID,
+    "GET /kvcache?lifecycle",
+    "PUT /kvcache?lifecycle",
+    "GET /kvcache?lifecycle",
+]
+
+
+def test_first_run_creates_bucket_one_key_and_the_rule(grid, run_playbook, tmp_path):
+    result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path))
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert mgmt_calls(grid) == FIRST_RUN
+    login, _, _, _, bucket, versioning, _, key = grid.server.requests[:8]
+    assert login["body"] == {"accountId": grid.account_id, "username": grid.username, "password": TENANT_PASSWORD,
+                             "cookie": False, "csrfToken": False}
+    assert bucket["body"] == {"name": "kvcache", "region": "us-east-1"}
+    assert versioning["body"] == {"versioningEnabled": False, "versioningSuspended": True}
+    assert key["body"] == {"expires": None}
+    assert all(r["user"] == ["Bearer", TOKEN] for r in grid.server.requests[1:8])
+
+    rule = ET.fromstring(grid.lifecycle["kvcache"])
+    ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
+    assert rule.find("s3:Rule/s3:ID", ns).text == "kvcache-expiration"
+    assert rule.find("s3:Rule/s3:Status", ns).text == "Enabled"
+    assert rule.find("s3:Rule/s3:Expiration/s3:Days", ns).text == "3"
+    assert rule.find("s3:Rule/s3:AbortIncompleteMultipartUpload/s3:DaysAfterInitiation", ns).text == "1"
+    # The S3 calls are signed with the key just created.
+    access_key = list(grid.keys)[0]
+    assert "Credential=%s/" % access_key in grid.server.requests[8]["user"][1]
+
+    key_file = tmp_path / "kvcache-s3-key.json"
+    assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
+    assert json.loads(key_file.read_text())["access_key"] == access_key
+    assert "Move it into vault" in result.stdout
+    assert secrets_in(result.stdout + result.stderr, grid) == []
+
+
+def test_rerun_reuses_the_key_file_and_changes_nothing(grid, run_playbook, tmp_path):
+    assert run_playbook("storagegrid_s3", role_vars(grid, tmp_path)).returncode == 0
+    access_key = list(grid.keys)[0]
+    grid.server.clear()
+    result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path))
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert mgmt_calls(grid) == [
+        "POST /api/v3/authorize",
+        "GET /api/v3/org/users/user/kvcache",
+        "GET /api/v3/org/config/product-version",
+        "GET /api/v3/org/containers?include",
+        "GET /api/v3/org/containers/kvcache/versioning",
+        "GET /api/v3/org/users/user/kvcache",
+        "GET /api/v3/org/users/%s/s3-access-keys/%s" % (USER_ID, access_key),
+        "GET /kvcache?lifecycle",
+    ]
+    assert grid.created_keys == 1
+    assert recap(result.stdout)["changed"] == 0
+    assert secrets_in(result.stdout + result.stderr, grid) == []
+
+
+def test_key_from_vault_is_checked_never_recreated(grid, run_playbook, tmp_path):
+    assert run_playbook("storagegrid_s3", role_vars(grid, tmp_path)).returncode == 0
+    access_key, entry = list(grid.keys.items())[0]
+    grid.server.clear()
+    result = run_playbook("storagegrid_s3", role_vars(
+        grid, tmp_path, storagegrid_s3_key_file="", storagegrid_s3_create_key=False,
+        storagegrid_s3_access_key=access_key, storagegrid_s3_secret_key=entry["secret"]))
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "POST /api/v3/org/users/%s/s3-access-keys" % USER_ID not in grid.server.calls()
+    assert grid.created_keys == 1
+
+
+def test_unknown_vault_key_fails_and_creates_nothing(grid, run_playbook, tmp_path):
+    result = run_playbook("storagegrid_s3", role_vars(
+        grid, tmp_path, storagegrid_s3_access_key="SGKEYNOTONTHEGRID", storagegrid_s3_secret_key="not-a-real-secret-0000"))
+    assert result.returncode != 0
+    assert "SGKEYNOTONTHEGRID was not found" in result.stdout and "Fix:" in result.stdout
+    assert grid.created_keys == 0
+    assert not any("lifecycle" in r["query"] for r in grid.server.requests)
+    assert "not-a-real-secret-0000" not in result.stdout + result.stderr
+
+
+def test_unknown_key_user_fails_before_creating_a_key(grid, run_playbook, tmp_path):
+    result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path, storagegrid_s3_key_user="user/nobody"))
+    assert result.returncode != 0
+    assert "user/nobody" in result.stdout and "Fix:" in result.stdout
+    assert grid.server.calls() == ["POST /api/v3/authorize", "GET /api/v3/org/users/user/nobody"]
+    assert grid.created_keys == 0
+
+
+def test_wrong_tenant_password_is_reported(grid, run_playbook, tmp_path):
+    result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path, storagegrid_s3_tenant_password="wrong-password-1"))
+    assert result.returncode != 0
+    assert "answered 401" in result.stdout and "storagegrid_s3_tenant_password" in result.stdout
+    assert grid.server.calls() == ["POST /api/v3/authorize"]
+    assert "wrong-password-1" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("bad, variable", [
+    ({"storagegrid_s3_bucket": "KV_Cache"}, "storagegrid_s3_bucket"),
+    ({"storagegrid_s3_bucket": "kv..cache"}, "storagegrid_s3_bucket"),
+    ({"storagegrid_s3_bucket": "192.168.10.1"}, "storagegrid_s3_bucket"),
+    ({"storagegrid_s3_endpoint": "s3.grid.example.com"}, "storagegrid_s3_endpoint"),
+    ({"storagegrid_s3_tenant_password": ""}, "storagegrid_s3_tenant_password"),
+    ({"storagegrid_s3_key_user": "kvcache"}, "storagegrid_s3_key_user"),
+    ({"storagegrid_s3_create_key": False}, "storagegrid_s3_create_key"),
+    ({"storagegrid_s3_expiration_days": 0}, "storagegrid_s3_expiration_days"),
+    ({"storagegrid_s3_tenant_api_url": ""}, "kvcache_s3_access_key"),
+])
+def test_bad_input_fails_before_any_request(grid, run_playbook, tmp_path, bad, variable):
+    result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path, **bad))
+    assert result.returncode != 0
+    assert grid.server.requests == []
+    assert "Host controller" in result.stdout and variable in result.stdout and "Fix:" in result.stdout
+    assert TENANT_PASSWORD not in result.stdout + result.stderr
