@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Test double for a vLLM instance: a tiny OpenAI-compatible server for the router tests.
 
 Answers /health, /metrics, /v1/models and /v1/chat/completions like vLLM does (the API key,
