@@ -1,0 +1,139 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvcache.offload contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Store or load a synthetic KV chunk through LMCache's own remote storage code.
+
+SCRIPT runs with the node venv's interpreter (the one vLLM and LMCache run from). It reads
+the node's LMCache config (LMCACHE_CONFIG_FILE, in-process mode: remote_url or
+remote_storage_plugins), builds LMCache's StorageManager, takes its RemoteBackend and:
+
+- store: fills a chunk shaped like the remote connector's objects with seeded random
+  bfloat16 data, puts it (``submit_put_task``), waits for the put and checks ``contains``;
+- load: checks ``contains`` and reads it back with ``get_blocking``;
+
+and prints one JSON line after MARK with the sha256 of the chunk's bytes. The key is
+``create_test_key(model, "kvcache.offload-probe-<probe_id>")`` (world size 8, worker 0,
+bfloat16), so a store on one node and a load on another address the same object.
+
+API used (lmcache 0.5.6, the same calls as its own ``python -m lmcache.v1.basic_check``
+modes): lmcache.integration.vllm.utils.lmcache_get_or_create_config,
+lmcache.v1.check.utils._get_default_metadata / create_test_key / find_remote_backend,
+lmcache.v1.storage_backend.storage_manager.StorageManager,
+RemoteBackend.submit_put_task / contains / get_blocking / put_tasks / local_cpu_backend,
+MemoryObj.tensor / byte_array.
+"""
+
+from __future__ import annotations
+
+import json
+
+MARK = "KVCACHE_OFFLOAD_PROBE_RESULT "
+
+SCRIPT = r'''import hashlib
+import json
+import os
+import sys
+import time
+
+MARK = "KVCACHE_OFFLOAD_PROBE_RESULT "
+
+
+def emit(data):
+    sys.stdout.write(MARK + json.dumps(data) + "\n")
+    sys.stdout.flush()
+
+
+def main():
+    args = json.loads(sys.argv[1])
+    for key, value in (("LMCACHE_TRACK_USAGE", "false"), ("DO_NOT_TRACK", "1"), ("VLLM_NO_USAGE_STATS", "1")):
+        os.environ[key] = value
+    if args.get("config_file"):
+        os.environ["LMCACHE_CONFIG_FILE"] = args["config_file"]
+    out = {"action": args["action"], "probe_id": args["probe_id"]}
+    started = time.monotonic()
+    try:
+        import torch
+        import lmcache
+        from lmcache.integration.vllm.utils import lmcache_get_or_create_config
+        from lmcache.v1.check.utils import _get_default_metadata, create_test_key, find_remote_backend
+        from lmcache.v1.event_manager import EventManager
+        from lmcache.v1.storage_backend.storage_manager import StorageManager
+        from lmcache.v1.storage_backend.connector import InstrumentedRemoteConnector
+    except Exception as exc:  # noqa
+        out.update(ok=False, stage="import", error="%s: %s" % (type(exc).__name__, exc))
+        emit(out)
+        return 0
+    out["lmcache_version"] = getattr(lmcache, "__version__", None)
+    manager = None
+    try:
+        config = lmcache_get_or_create_config()
+        out["remote_url"] = config.remote_url
+        out["remote_storage_plugins"] = getattr(config, "remote_storage_plugins", None)
+        metadata = _get_default_metadata(args["model"], kv_dtype=torch.bfloat16)
+        manager = StorageManager(config=config, metadata=metadata, event_manager=EventManager())
+        backend = find_remote_backend(manager)
+        if backend is None or backend.connection is None:
+            out.update(ok=False, stage="connect", error="no remote backend connected (remote_url / remote_storage_plugins)")
+            emit(out)
+            return 0
+        conn = backend.connection
+        if isinstance(conn, InstrumentedRemoteConnector):
+            conn = conn.getWrappedConnector()
+        out["connector"] = type(conn).__name__
+        key = create_test_key(args["model"], "kvcache.offload-probe-" + args["probe_id"])
+        out["key"] = key.to_string()
+        if args["action"] == "store":
+            obj = backend.local_cpu_backend.allocate(conn.meta_shapes, conn.meta_dtypes, conn.meta_fmt)
+            gen = torch.Generator().manual_seed(int(hashlib.sha256(args["probe_id"].encode()).hexdigest()[:15], 16))
+            tensor = obj.tensor
+            tensor.copy_(torch.randn(tensor.shape, generator=gen, dtype=torch.float32).to(tensor.dtype))
+            data = bytes(obj.byte_array)
+            out.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+            future = backend.submit_put_task(key, obj)
+            future.result(timeout=args["timeout"])
+            deadline = time.monotonic() + args["timeout"]
+            while backend.put_tasks and time.monotonic() < deadline:
+                time.sleep(0.01)
+            out["exists"] = bool(backend.contains(key))
+            out["ok"] = out["exists"]
+            if not out["ok"]:
+                out.update(stage="store", error="the chunk is not in the remote tier after the put")
+        else:
+            out["exists"] = bool(backend.contains(key))
+            if not out["exists"]:
+                out.update(ok=False, stage="lookup", error="the chunk is not in the remote tier")
+            else:
+                obj = backend.get_blocking(key)
+                if obj is None:
+                    out.update(ok=False, stage="load", error="get returned nothing")
+                else:
+                    data = bytes(obj.byte_array)
+                    out.update(ok=True, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    except Exception as exc:  # noqa
+        out.update(ok=False, stage=out.get("stage") or "storage", error="%s: %s" % (type(exc).__name__, exc))
+    finally:
+        out["elapsed"] = time.monotonic() - started
+        emit(out)
+        if manager is not None:
+            try:
+                manager.close()
+            except Exception:  # noqa
+                pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def parse_output(stdout):
+    """The last MARK line of the script's stdout as a dict, or None."""
+    found = None
+    for line in (stdout or "").splitlines():
+        if line.startswith(MARK):
+            try:
+                found = json.loads(line[len(MARK):])
+            except ValueError:
+                continue
+    return found

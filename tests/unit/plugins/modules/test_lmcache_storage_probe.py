@@ -1,0 +1,140 @@
+"""lmcache_storage_probe runs its program with a real interpreter against a test double of
+LMCache's API (tests/unit/fixtures/fake_lmcache), whose remote tier is a temp directory."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from ansible_collections.kvcache.offload.plugins.module_utils import lmcache_probe
+from ansible_collections.kvcache.offload.plugins.modules import lmcache_storage_probe
+
+FAKE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "fixtures", "fake_lmcache")
+
+
+@pytest.fixture
+def node(tmp_path):
+    tier_dir = tmp_path / "tier"
+    tier_dir.mkdir()
+    config = tmp_path / "lmcache-config.yaml"
+    config.write_text("chunk_size: 256\nremote_url: fs://localhost:0/fake\n")
+
+    def args(action, mode="", **kw):
+        base = {"python": sys.executable, "config_file": str(config), "action": action, "probe_id": "run-1",
+                "environment": {"PYTHONPATH": FAKE, "FAKE_LMCACHE_TIER": str(tier_dir), "FAKE_LMCACHE_MODE": mode,
+                                "LMCACHE_TRACK_USAGE": "true"},
+                "timeout": 20}
+        base.update(kw)
+        return base
+
+    def calls():
+        path = tier_dir / "calls.log"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    return args, calls, tier_dir, config
+
+
+def test_store_then_load_bit_exact(run_module, node):
+    args, calls, tier_dir, config = node
+    stored, failed = run_module(lmcache_storage_probe, args("store"))
+    assert not failed, stored
+    assert stored["changed"] is True and stored["ok"] is True
+    assert stored["exists"] is True
+    assert stored["connector"] == "FSConnector"
+    assert stored["lmcache_version"] == "0.5.6"
+    assert stored["key"].startswith("kvcache-offload-probe@8@0@")
+    assert stored["bytes"] == 2 * 2 * 4 * 8 * 16
+    assert len(os.listdir(str(tier_dir))) == 2  # the chunk and the call log
+
+    loaded, failed = run_module(lmcache_storage_probe, args("load", expected_sha256=stored["sha256"].upper()))
+    assert not failed, loaded
+    assert loaded["changed"] is False
+    assert loaded["match"] is True
+    assert loaded["sha256"] == stored["sha256"]
+    seen = calls()
+    assert [c["call"] for c in seen] == ["config", "storage_manager", "allocate", "put", "contains", "close",
+                                         "config", "storage_manager", "contains", "get", "close"]
+    assert seen[0]["path"] == str(config)
+    assert seen[0]["track_usage"] == "false"  # telemetry forced off over the caller's value
+    assert seen[3]["key"] == stored["key"] == seen[9]["key"]
+
+
+def test_other_probe_id_is_not_found(run_module, node):
+    args = node[0]
+    run_module(lmcache_storage_probe, args("store"))
+    result, failed = run_module(lmcache_storage_probe, args("load", probe_id="run-2"))
+    assert failed
+    assert result["stage"] == "lookup"
+    assert result["exists"] is False
+
+
+def test_corrupted_read_fails_compare(run_module, node):
+    args = node[0]
+    stored = run_module(lmcache_storage_probe, args("store"))[0]
+    result, failed = run_module(lmcache_storage_probe, args("load", mode="corrupt", expected_sha256=stored["sha256"]))
+    assert failed
+    assert result["match"] is False
+    assert result["stage"] == "compare"
+
+
+def test_lost_put_fails_store(run_module, node):
+    result, failed = run_module(lmcache_storage_probe, node[0]("store", mode="put_lost"))
+    assert failed
+    assert result["stage"] == "store"
+    assert result["changed"] is False
+
+
+def test_no_remote_configured(run_module, node):
+    result, failed = run_module(lmcache_storage_probe, node[0]("store", mode="no_remote"))
+    assert failed
+    assert result["stage"] == "connect"
+    assert "remote" in result["msg"]
+
+
+def test_storage_exception_is_reported(run_module, node):
+    result, failed = run_module(lmcache_storage_probe, node[0]("store", mode="raise"))
+    assert failed
+    assert result["stage"] == "storage"
+    assert "403 Forbidden" in result["error"]
+
+
+def test_hang_is_killed_at_timeout(run_module, node):
+    started = time.monotonic()
+    result, failed = run_module(lmcache_storage_probe, node[0]("store", mode="hang", timeout=1.5))
+    assert failed
+    assert result["stage"] == "timeout"
+    assert time.monotonic() - started < 15
+
+
+def test_lmcache_missing_in_venv(run_module, node):
+    args = node[0]("store")
+    args["environment"] = {"PYTHONPATH": ""}
+    result, failed = run_module(lmcache_storage_probe, args)
+    assert failed
+    assert result["stage"] == "import"
+
+
+def test_bad_interpreter_and_config(run_module, node, tmp_path):
+    result, failed = run_module(lmcache_storage_probe, node[0]("store", python=str(tmp_path / "nope" / "python")))
+    assert failed and result["stage"] == "program"
+    result, failed = run_module(lmcache_storage_probe, node[0]("store", config_file=str(tmp_path / "missing.yaml")))
+    assert failed and "does not exist" in result["msg"]
+
+
+def test_check_mode_store_writes_nothing(run_module, node):
+    args, calls = node[0], node[1]
+    result, failed = run_module(lmcache_storage_probe, args("store"), check_mode=True)
+    assert not failed
+    assert result["changed"] is False
+    assert calls() == []
+
+
+def test_parse_output_takes_last_marker_line():
+    out = "log line\n%s{\"ok\": false}\nnoise\n%s{\"ok\": true}\n%snot json\n" % ((lmcache_probe.MARK,) * 3)
+    assert lmcache_probe.parse_output(out) == {"ok": True}
+    assert lmcache_probe.parse_output("") is None
