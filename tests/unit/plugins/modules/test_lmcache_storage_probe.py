@@ -46,7 +46,7 @@ def test_store_then_load_bit_exact(run_module, node):
     assert stored["changed"] is True and stored["ok"] is True
     assert stored["exists"] is True
     assert stored["connector"] == "FSConnector"
-    assert stored["lmcache_version"] == "0.5.6"
+    assert stored["lmcache_version"] is None  # the double has no __version__ (empty __init__.py); the real 0.5.6 has
     assert stored["key"].startswith("kvcache-offload-probe@8@0@")
     assert stored["bytes"] == 2 * 2 * 4 * 8 * 16
     assert len(os.listdir(str(tier_dir))) == 2  # the chunk and the call log
