@@ -14,6 +14,7 @@ def args(fake, **kw):
 
 
 def test_three_rounds_same_prefix_ttft_drops(run_module, fake_openai):
+    fake_openai.cold_delay = 0.5  # a wide margin: the machine may be busy
     result, failed = run_module(chat_probe, args(fake_openai))
     assert not failed, result.get("msg")
     assert result["changed"] is False
@@ -33,7 +34,8 @@ def test_three_rounds_same_prefix_ttft_drops(run_module, fake_openai):
     assert s["ok_rounds"] == 3
     assert s["ttft_first"] >= fake_openai.cold_delay
     assert s["ttft_rest_median"] < fake_openai.cold_delay
-    assert s["speedup"] > 2
+    assert s["ttft_rest_min"] <= s["ttft_rest_median"] < s["ttft_first"]
+    assert s["speedup"] > 1.5
     assert [r["cached_tokens"] for r in result["rounds"]] == [0, 2048, 2048]
     assert result["rounds"][0]["backend"]["value"] == "http://backend-1.test:8000"
     assert result["error"] is None
