@@ -83,6 +83,10 @@ def main():
         json.dump({"eos_token_id": config.eos_token_id, "pad_token_id": config.pad_token_id}, handle)
     with open(os.path.join(args.directory, "KVCACHE_LAB_SUBSTITUTE"), "w", encoding="utf-8") as handle:
         handle.write("Tiny random-weights model made by kvcache.offload for the lab; not a real model.\n")
+    # Readable by the service user whatever umask the libraries wrote with.
+    os.chmod(args.directory, 0o755)
+    for name in os.listdir(args.directory):
+        os.chmod(os.path.join(args.directory, name), 0o644)
     print(json.dumps({"directory": args.directory, "vocab_size": len(fast), "layers": 2}))
     return 0
 

@@ -73,7 +73,7 @@ def test_units_and_files(instances):
         unit = docker_exec(container, "systemctl", "cat", "kvcache-vllm@%s.service" % inst["name"]).stdout
         assert "EnvironmentFile=%s/api-key.env" % CONF_DIR in unit
         assert "VLLM_API_KEY" not in unit
-        assert "Restart=on-failure" in unit
+        assert "Restart=always" in unit
         assert "RequiresMountsFor=/mnt/kvcache" in unit
         modes = docker_exec(container, "stat", "-c", "%a %U %G %n",
                             "%s/api-key.env" % CONF_DIR, "%s/%s.env" % (CONF_DIR, inst["name"])).stdout.split("\n")
