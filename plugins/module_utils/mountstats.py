@@ -68,7 +68,7 @@ def parse(text):
             continue
         if current is None or ":" not in line:
             continue
-        key, _, value = line.partition(":")
+        key, dummy, value = line.partition(":")
         key = key.strip()
         value = value.strip()
         if key == "opts":

@@ -20,12 +20,14 @@ description:
     or the LIF has no RDMA).
   - Reads only; changes nothing.
 author:
-  - kvcache.offload developers
+  - kvcache.offload contributors (@kvcache-offload)
 attributes:
   check_mode:
     support: full
+    description: Reads only in check mode.
   diff_mode:
     support: none
+    description: No diff is returned.
 options:
   path:
     description: Mount point to check.

@@ -16,16 +16,18 @@ description:
   - Keeps one lifecycle rule, identified by O(rule_id), on a bucket through the S3 API
     (C(GetBucketLifecycleConfiguration) / C(PutBucketLifecycleConfiguration)), so a KV-cache tier
     without eviction cannot grow without bound. Objects expire O(expiration_days) after they were written.
-  - Other rules on the bucket are kept as they are. Idempotent: nothing is written when the rule is already there.
+  - Other rules on the bucket are kept as they are. Idempotent, nothing is written when the rule is already there.
   - Written for StorageGRID (which supports Expiration rules with a prefix filter, counted from ingest time)
     and tested against a real S3 store (SeaweedFS).
 author:
-  - kvcache.offload developers
+  - kvcache.offload contributors (@kvcache-offload)
 attributes:
   check_mode:
     support: full
+    description: Reads only in check mode and reports what it would change.
   diff_mode:
     support: none
+    description: No diff is returned.
 options:
   bucket:
     description: Bucket name.

@@ -21,12 +21,14 @@ description:
     so it answers as path style), wrong keys, and a missing bucket.
   - Uses only the Python standard library (SigV4 signing in C(module_utils/s3_sigv4)); reads only.
 author:
-  - kvcache.offload developers
+  - kvcache.offload contributors (@kvcache-offload)
 attributes:
   check_mode:
     support: full
+    description: Reads only in check mode.
   diff_mode:
     support: none
+    description: No diff is returned.
 options:
   endpoint:
     description: S3 endpoint URL with scheme, for example C(https://s3.grid.example.com) or C(http://s3.lab.internal:8333).

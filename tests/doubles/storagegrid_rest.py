@@ -68,8 +68,8 @@ class StorageGridDouble:
                 container["versioning"] = {"versioningEnabled": bool(body.get("versioningEnabled")),
                                            "versioningSuspended": bool(body.get("versioningSuspended"))}
             if method in ("GET", "PUT"):
-                return self._json(200, container.get("versioning", {"versioningEnabled": False,
-                                                                   "versioningSuspended": False}))
+                default = {"versioningEnabled": False, "versioningSuspended": False}
+                return self._json(200, container.get("versioning", default))
         m = re.match(r"^/org/users/(user/[^/]+)$", path)
         if m and method == "GET":
             user = self.users.get(m.group(1))

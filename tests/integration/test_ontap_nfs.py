@@ -3,7 +3,7 @@ secrets kept out of the output, and bad input refused before any request."""
 import pytest
 
 from tests.doubles.ontap_rest import OntapDouble
-from tests.integration.conftest import recap
+from tests.integration.conftest import flat, recap
 
 PASSWORD = "double-password-123"
 
@@ -140,15 +140,15 @@ def test_bad_input_fails_before_any_request(ontap, run_playbook, bad, variable):
     result = run_playbook("ontap_nfs", role_vars(ontap, **bad))
     assert result.returncode != 0
     assert ontap.server.requests == []
-    assert "Host controller" in result.stdout
-    assert variable in result.stdout
-    assert "Fix:" in result.stdout
+    assert "Host controller" in flat(result.stdout)
+    assert variable in flat(result.stdout)
+    assert "Fix:" in flat(result.stdout)
     assert PASSWORD not in result.stdout + result.stderr
 
 
 def test_cluster_error_is_reported_with_a_fix(ontap, run_playbook):
     result = run_playbook("ontap_nfs", role_vars(ontap, ontap_nfs_rdma_lifs=["no_such_lif"]))
     assert result.returncode != 0
-    assert "no_such_lif" in result.stdout and "Fix:" in result.stdout
+    assert "no_such_lif" in flat(result.stdout) and "Fix:" in flat(result.stdout)
     assert not any(r.call.startswith("PATCH /api/network") for r in ontap.server.requests)
     assert PASSWORD not in result.stdout + result.stderr

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Read the lab store back with boto3 (run by verify.yml on the instance).
 
 Keys come from the environment (S3_ACCESS_KEY, S3_SECRET_KEY), never the command line.
