@@ -24,7 +24,7 @@ author:
   - kvcache.offload developers (!UNKNOWN)
 requirements:
   - lmcache 0.5.x and torch in the venv of O(python) (on the managed node).
-  - The C(timeout) command (GNU coreutils) on the managed node.
+  - The C(timeout) command (GNU coreutils) on the managed node, and C(runuser) (util-linux) for O(run_as).
 options:
   python:
     description:
@@ -64,6 +64,22 @@ options:
         credentials LMCache reads. Values are not logged.
     type: dict
     default: {}
+  env_files:
+    description:
+      - Environment files (systemd C(EnvironmentFile=) syntax, C(KEY=VALUE) lines) read by the module
+        and passed to the program, for example the root-only S3 credentials file the vLLM units use.
+        Values are not logged. A missing file is an error.
+      - O(environment) wins over the files.
+    type: list
+    elements: path
+    default: []
+  run_as:
+    description:
+      - Run the program as this user (with C(runuser)), for example the engines' service user, so the
+        probe has the same rights on the tier as vLLM. The module itself must run as root to switch users
+        (C(become=true)); it reads O(env_files) before switching.
+      - Omit to run as the user the module runs as.
+    type: str
   timeout:
     description:
       - Seconds the whole program may run (import, connect, put or get); it is killed after that.
@@ -178,6 +194,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.kvcache.offload.plugins.module_utils.envfile import parse_env_text
 from ansible_collections.kvcache.offload.plugins.module_utils.lmcache_probe import SCRIPT, parse_output
 
 
@@ -190,6 +207,8 @@ def argument_spec():
         model=dict(type="str", default="kvcache-offload-probe"),
         expected_sha256=dict(type="str"),
         environment=dict(type="dict", default={}, no_log=True),
+        env_files=dict(type="list", elements="path", default=[]),
+        run_as=dict(type="str"),
         timeout=dict(type="float", default=120.0),
     )
 
@@ -218,10 +237,29 @@ def main():
 
     args = {"action": p["action"], "probe_id": p["probe_id"], "model": p["model"], "config_file": p["config_file"],
             "timeout": p["timeout"]}
-    env = dict((str(k), str(v)) for k, v in p["environment"].items())
+    env = {}
+    for path in p["env_files"]:
+        try:
+            with open(path) as handle:
+                values = parse_env_text(handle.read())
+        except (IOError, OSError) as exc:
+            result.update(stage="program", error="cannot read env file %s: %s" % (path, exc))
+            module.fail_json(msg="cannot run the LMCache probe: %s" % result["error"], **result)
+        for value in values.values():
+            if value:
+                module.no_log_values.add(value)
+        env.update(values)
+    env.update((str(k), str(v)) for k, v in p["environment"].items())
     env.update(LMCACHE_TRACK_USAGE="false", DO_NOT_TRACK="1", VLLM_NO_USAGE_STATS="1")
+    prefix = []
+    if p["run_as"]:
+        runuser = module.get_bin_path("runuser")
+        if os.geteuid() != 0 or not runuser:
+            result.update(stage="program", error="run_as needs root and runuser (util-linux) on the node")
+            module.fail_json(msg="cannot run the LMCache probe: %s" % result["error"], **result)
+        prefix = [runuser, "-u", p["run_as"], "--"]
     # coreutils timeout bounds the whole program, import of torch included.
-    cmd = ["timeout", "--kill-after=10", "%.3f" % p["timeout"], p["python"], "-c", SCRIPT, json.dumps(args)]
+    cmd = ["timeout", "--kill-after=10", "%.3f" % p["timeout"]] + prefix + [p["python"], "-c", SCRIPT, json.dumps(args)]
     rc, out, err = module.run_command(cmd, environ_update=env)
     report = parse_output(out)
     if report is None:
