@@ -190,7 +190,7 @@ def _err_text(result):
 
 
 def _timed_out(result):
-    return isinstance(result, dict) and (bool(result.get("timedout")) or "timed out" in str(result.get("msg", "")).lower())
+    return isinstance(result, dict) and ("timedout" in result or "timed out" in str(result.get("msg", "")).lower())
 
 
 def probe_ok(result):

@@ -138,3 +138,31 @@ def test_parse_output_takes_last_marker_line():
     out = "log line\n%s{\"ok\": false}\nnoise\n%s{\"ok\": true}\n%snot json\n" % ((lmcache_probe.MARK,) * 3)
     assert lmcache_probe.parse_output(out) == {"ok": True}
     assert lmcache_probe.parse_output("") is None
+
+
+def test_env_files_reach_the_program_and_are_not_logged(run_module, node, tmp_path):
+    args, _calls, tier_dir, _config = node
+    env_file = tmp_path / "s3-credentials.env"
+    env_file.write_text("# root-only in production\nFAKE_LMCACHE_TIER='%s'\nAWS_SECRET_ACCESS_KEY=s3cr3t-value\n" % tier_dir)
+    a = args("store", env_files=[str(env_file)])
+    del a["environment"]["FAKE_LMCACHE_TIER"]
+    stored, failed = run_module(lmcache_storage_probe, a)
+    assert not failed, stored
+    assert stored["ok"] is True
+    assert "s3cr3t-value" not in json.dumps(stored)
+
+
+def test_missing_env_file_fails_before_running(run_module, node, tmp_path):
+    args, calls, _tier_dir, _config = node
+    result, failed = run_module(lmcache_storage_probe, args("store", env_files=[str(tmp_path / "nope.env")]))
+    assert failed and result["stage"] == "program"
+    assert "nope.env" in result["error"]
+    assert calls() == []
+
+
+def test_run_as_needs_root(run_module, node, monkeypatch):
+    args, calls, _tier_dir, _config = node
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    result, failed = run_module(lmcache_storage_probe, args("store", run_as="kvcache"))
+    assert failed and "run_as needs root" in result["error"]
+    assert calls() == []
