@@ -60,6 +60,11 @@ CAUSES = {
                              "check that the port is reachable from the controller."),
     "instance_timeout": ("error", ("instances", "tier_write", "local_hit", "cross_instance", "router"),
                          "The instance accepted the connection but did not answer in time: look at its load and journal."),
+    "engine_failed": ("error", ("instances", "local_hit", "cross_instance", "router"),
+                      "The engine failed while serving the request (journalctl -u 'kvcache-vllm@*' on the node); systemd "
+                      "restarts it. With vLLM's ExampleConnector (the lab's stand-in) a prompt longer than one prefill "
+                      "chunk (max_num_batched_tokens, 2048 tokens on CPU) is saved partially and the instance that loads "
+                      "it crashes: keep validation_prefix_tokens so the prompt fits one chunk."),
     "api_key_rejected": ("error", ("instances",),
                          "The instance refused the fleet's API key: re-run the nodes stage so every instance has "
                          "kvcache_api_key, or pass the right key (validation_api_key)."),
@@ -400,11 +405,17 @@ def lmcache_settings(text):
     return out
 
 
+def _ran(result):
+    """A registered command result that really ran on the node (not skipped, unreachable or a transport failure)."""
+    return (isinstance(result, dict) and not result.get("skipped") and not result.get("unreachable")
+            and "module_stderr" not in result and "timedout" not in result and "rc" in result)
+
+
 def fs_mount_state(path, findmnt_result, write_result):
     """Facts about the fs tier on a node from `findmnt -J --target` and a write test as the service user."""
     state = {"path": path, "checked": False, "exists": None, "is_mount": None, "mount_target": None, "source": None,
              "fstype": None, "read_only": None, "writable_by_service_user": None, "write_error": None}
-    if isinstance(findmnt_result, dict) and not findmnt_result.get("skipped") and "rc" in findmnt_result:
+    if _ran(findmnt_result):
         state["checked"] = True
         if findmnt_result.get("rc") == 0:
             try:
@@ -420,7 +431,7 @@ def fs_mount_state(path, findmnt_result, write_result):
             state["read_only"] = "ro" in options
         else:
             state["exists"] = False
-    if isinstance(write_result, dict) and not write_result.get("skipped") and "rc" in write_result:
+    if _ran(write_result):
         state["checked"] = True
         state["writable_by_service_user"] = write_result.get("rc") == 0
         if write_result.get("rc") != 0:
@@ -620,6 +631,9 @@ def causes_from_probe(causes, result, who):
         return ["instance_unreachable"]
     err = result.get("error") or {}
     kind = err.get("kind")
+    if "enginecore" in ("%s %s" % (err.get("message"), err.get("body"))).lower():
+        causes.add("engine_failed", "%s: %s" % (who, _err_text(result)), hosts=[host])
+        return ["engine_failed"]
     if _timed_out(result) or kind == "timeout":
         causes.add("instance_timeout", "%s: %s" % (who, _err_text(result)), hosts=[host])
         return ["instance_timeout"]
@@ -1028,12 +1042,15 @@ def build_report(run, expected, instances, nodes, stages, settings):
     node_rows = []
     for node in nodes or []:
         host = node.get("host")
-        if node.get("unreachable"):
-            causes.add("node_unreachable", "%s: %s" % (host, node.get("msg") or "unreachable"), hosts=[host])
+        transport = [r for r in (node.get("findmnt"), node.get("write_test"), node.get("lmcache_slurp"))
+                     if isinstance(r, dict) and (r.get("unreachable") or "module_stderr" in r)]
+        if node.get("unreachable") or transport:
+            detail = node.get("msg") or (transport[0].get("module_stderr") or transport[0].get("msg") if transport else "")
+            causes.add("node_unreachable", "%s: %s" % (host, str(detail or "unreachable").strip()[:300]), hosts=[host])
         for name, text in node_env_files(node):
             instance_configs.append(instance_config(host, name, text))
         present, text = node_lmcache_text(node)
-        if present and not node.get("unreachable"):
+        if present and not node.get("unreachable") and not transport:
             lmcache_by_node[host] = lmcache_settings(text)
         fs = None
         if tier == "fs":

@@ -413,3 +413,25 @@ def test_reports_match_the_documented_schema(mutate):
     report = build(inputs)
     jsonschema.validate(json.loads(json.dumps(report)), _schema())
     assert report["schema_version"] == v.SCHEMA_VERSION
+
+
+def test_transport_failure_is_not_a_missing_mount():
+    inputs = good_inputs()
+    broken = {"rc": 1, "module_stderr": "Error response from daemon: No such container: kvcache-localhost",
+              "module_stdout": "", "msg": "Module result deserialization failed: No start of json char found"}
+    inputs["nodes"][0].update(findmnt=broken, write_test=dict(broken), lmcache_slurp=dict(broken), env_slurps=[])
+    report = build(inputs)
+    ids = [c["id"] for c in report["causes"]]
+    assert "node_unreachable" in ids
+    assert "mount_missing" not in ids and "tier_not_writable" not in ids and "lmcache_config_unreadable" not in ids
+    assert "No such container" in [c for c in report["causes"] if c["id"] == "node_unreachable"][0]["message"]
+
+
+def test_engine_crash_on_load_is_named():
+    inputs = good_inputs()
+    inputs["stages"]["cross_instance"]["hit"] = probe([None], error={
+        "kind": "protocol", "message": "error in stream: EngineCore encountered an issue. See stack trace (above) for the root cause."})
+    report = build(inputs)
+    s4 = stage(report, "cross_instance")
+    assert s4["status"] == "fail" and s4["causes"] == ["engine_failed"]
+    assert "prefill" in [c for c in report["causes"] if c["id"] == "engine_failed"][0]["fix"]
