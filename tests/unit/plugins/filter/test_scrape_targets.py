@@ -1,0 +1,155 @@
+# Copyright: (c) 2026, kvcache.offload developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Unit tests for the scrape_targets filter (kvcache.offload)."""
+
+from __future__ import absolute_import, division, print_function
+
+import os
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.kvcache.offload.plugins.filter.scrape_targets import FilterModule, scrape_targets
+
+__metaclass__ = type
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+
+DEFAULTS = {
+    "kvcache_lmcache_mode": "inprocess",
+    "lmcache_mp_http_host": "127.0.0.1",
+    "lmcache_mp_http_port": 8080,
+    "router_implementation": "production_stack",
+    "router_port": 8001,
+    "router_metrics_port": 29000,
+}
+
+HOSTVARS = {
+    "gpu1": {
+        "ansible_host": "10.0.0.11",
+        "vllm_instances": [{"name": "gpu1-0", "port": 8000, "gpus": [0]}, {"name": "gpu1-1", "port": "8001"}],
+        "kvcache_lmcache_mode": "multiprocess",
+        "lmcache_mp_http_host": "10.1.0.11",  # an internal interface
+    },
+    "gpu2": {
+        "ansible_host": "10.0.0.12",
+        "vllm_instances": [{"port": 8000}],
+        "kvcache_lmcache_mode": "multiprocess",
+        "lmcache_mp_http_host": "0.0.0.0",
+        "lmcache_mp_http_port": "9090",
+    },
+    "gpu3": {  # default bind: loopback
+        "ansible_host": "fd00::13",
+        "vllm_instances": [{"name": "gpu3-0", "port": 8000}],
+        "kvcache_lmcache_mode": "multiprocess",
+    },
+    "gpu4": {"vllm_instances": []},  # in-process mode (default), no instances
+    "router": {"ansible_host": "10.0.0.10"},
+    "router2": {"ansible_host": "10.0.0.20", "router_implementation": "vllm_router", "router_metrics_host": "0.0.0.0"},
+}
+
+
+def labels(component, node, instance, **extra):
+    out = {"kvcache_component": component, "kvcache_node": node, "kvcache_instance": instance}
+    out.update(extra)
+    return out
+
+
+def test_vllm_every_instance_in_inventory_order():
+    got = scrape_targets(HOSTVARS, ["gpu1", "gpu2", "gpu3", "gpu4"], "vllm", DEFAULTS)
+    assert got == [
+        {"targets": ["10.0.0.11:8000"], "labels": labels("vllm", "gpu1", "gpu1-0")},
+        {"targets": ["10.0.0.11:8001"], "labels": labels("vllm", "gpu1", "gpu1-1")},
+        {"targets": ["10.0.0.12:8000"], "labels": labels("vllm", "gpu2", "gpu2-0")},  # unnamed: <host>-<index>
+        {"targets": ["[fd00::13]:8000"], "labels": labels("vllm", "gpu3", "gpu3-0")},  # IPv6 in brackets
+    ]
+
+
+def test_vllm_without_ansible_host_uses_the_inventory_name():
+    got = scrape_targets({"n1": {"vllm_instances": [{"name": "a", "port": 8000}]}}, ["n1"], "vllm")
+    assert got[0]["targets"] == ["n1:8000"]
+
+
+def test_lmcache_mp_internal_wildcard_and_loopback_binds():
+    hosts = ["gpu1", "gpu2", "gpu3", "gpu4"]
+    got = scrape_targets(HOSTVARS, hosts, "lmcache_mp", DEFAULTS)
+    assert got == [
+        {"targets": ["10.1.0.11:8080"], "labels": labels("lmcache_mp", "gpu1", "gpu1-lmcache")},
+        {"targets": ["10.0.0.12:9090"], "labels": labels("lmcache_mp", "gpu2", "gpu2-lmcache")},
+    ]  # gpu3 binds to loopback (skipped by default), gpu4 runs LMCache in-process
+    kept = scrape_targets(HOSTVARS, hosts, "lmcache_mp", DEFAULTS, loopback="keep")
+    assert kept[-1] == {"targets": ["127.0.0.1:8080"], "labels": labels("lmcache_mp", "gpu3", "gpu3-lmcache")}
+    with pytest.raises(AnsibleFilterError, match=r"host gpu3: .*bound to 127.0.0.1.*Fix: set lmcache_mp_http_host"):
+        scrape_targets(HOSTVARS, hosts, "lmcache_mp", DEFAULTS, loopback="fail")
+
+
+def test_lmcache_mode_per_host_overrides_the_fleet_value():
+    hv = {"n1": {"ansible_host": "10.0.0.1", "lmcache_mode": "multiprocess", "lmcache_mp_http_host": "0.0.0.0"}}
+    assert scrape_targets(hv, ["n1"], "lmcache_mp", DEFAULTS)[0]["targets"] == ["10.0.0.1:8080"]
+    assert scrape_targets(hv, ["n1"], "lmcache_mp", dict(DEFAULTS, kvcache_lmcache_mode="multiprocess"))
+    assert scrape_targets({"n1": {}}, ["n1"], "lmcache_mp", DEFAULTS) == []
+
+
+def test_router_port_depends_on_the_implementation():
+    got = scrape_targets(HOSTVARS, ["router", "router2"], "router", DEFAULTS)
+    assert got == [
+        {"targets": ["10.0.0.10:8001"],
+         "labels": labels("router", "router", "router", kvcache_router_implementation="production_stack")},
+        {"targets": ["10.0.0.20:29000"],
+         "labels": labels("router", "router2", "router2", kvcache_router_implementation="vllm_router")},
+    ]
+    hv = {"r": {"ansible_host": "10.0.0.5", "router_implementation": "vllm_router",
+                "router_metrics_host": "10.9.0.5", "router_metrics_port": 29100}}
+    assert scrape_targets(hv, ["r"], "router", DEFAULTS)[0]["targets"] == ["10.9.0.5:29100"]
+
+
+def test_empty_or_missing_groups_give_no_targets():
+    assert scrape_targets(HOSTVARS, [], "vllm") == []
+    assert scrape_targets(HOSTVARS, None, "router") == []
+
+
+@pytest.mark.parametrize("hostvars, match", [
+    ({"h": {"vllm_instances": {"name": "a", "port": 1}}}, r"host h: vllm_instances must be a list"),
+    ({"h": {"vllm_instances": ["a"]}}, r"host h: vllm_instances\[0\] is not a mapping"),
+    ({"h": {"vllm_instances": [{"name": "a"}]}}, r"host h: vllm_instances\[0\].port is None"),
+    ({"h": {"vllm_instances": [{"name": "a", "port": 70000}]}}, r"Fix: set vllm_instances"),
+    ({"h": {"vllm_instances": [{"name": "a", "port": True}]}}, r"port is True"),
+    ({"h": {"vllm_instances": [{"name": "a", "port": 8000}, {"name": "b", "port": 8000}]}},
+     r"host h: vllm target h:8000 is also h/a"),
+])
+def test_bad_instances_name_the_host(hostvars, match):
+    with pytest.raises(AnsibleFilterError, match=match):
+        scrape_targets(hostvars, ["h"], "vllm")
+
+
+def test_bad_arguments():
+    with pytest.raises(AnsibleFilterError, match="component must be one of"):
+        scrape_targets(HOSTVARS, ["gpu1"], "grafana")
+    with pytest.raises(AnsibleFilterError, match="loopback must be one of"):
+        scrape_targets(HOSTVARS, ["gpu1"], "lmcache_mp", loopback="maybe")
+    with pytest.raises(AnsibleFilterError, match="hosts must be a list"):
+        scrape_targets(HOSTVARS, "gpu1", "vllm")
+    with pytest.raises(AnsibleFilterError, match="host nope is not in hostvars"):
+        scrape_targets(HOSTVARS, ["nope"], "vllm")
+    with pytest.raises(AnsibleFilterError, match="host r: router_port is 'x'"):
+        scrape_targets({"r": {"router_port": "x"}}, ["r"], "router")
+
+
+def test_registered_as_a_filter():
+    assert FilterModule().filters()["scrape_targets"] is scrape_targets
+
+
+def test_observability_defaults_mirror_the_roles_that_own_the_ports():
+    """The role's fallbacks for hosts that do not define them equal the owning roles' defaults."""
+    def load(role):
+        with open(os.path.join(ROOT, "roles", role, "defaults", "main.yml")) as handle:
+            return yaml.safe_load(handle)
+    obs = load("observability")["observability_target_defaults"]
+    router, lmc, fleet = load("router"), load("lmcache"), load("kvcache")
+    assert obs["router_port"] == router["router_port"]
+    assert obs["router_metrics_port"] == router["router_metrics_port"]
+    assert obs["router_implementation"] == router["router_implementation"]
+    assert obs["lmcache_mp_http_port"] == lmc["lmcache_mp_http_port"]
+    assert obs["lmcache_mp_http_host"] == lmc["lmcache_mp_http_host"]
+    assert obs["kvcache_lmcache_mode"] == fleet["kvcache_lmcache_mode"]
