@@ -10,7 +10,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build="$here/build"
 export HOME="$build/ansible-test-home"
-tree="$build/sanity/ansible_collections/kvcache/offload"
+# A private copy per run, so two runs (two developers, or CI) never share a tree.
+mkdir -p "$build/sanity"
+work=$(mktemp -d "$build/sanity/run.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+tree="$work/ansible_collections/kvcache/offload"
 
 at_pkg=$(python -c 'import ansible_test, os; print(os.path.dirname(ansible_test.__file__))')
 pip_version=$(sed -n "s/^ *pip='\([0-9.]*\)',*$/\1/p" "$at_pkg/_internal/python_requirements.py" | head -1)
@@ -33,7 +37,6 @@ subprocess.check_call([sys.executable, "-m", "pip", "install", "--cert", cafile]
 PY
 
 # A fresh copy of what git tracks (and new files git does not ignore).
-rm -rf "$tree"
 mkdir -p "$tree"
 (cd "$here" && git ls-files -co --exclude-standard -z \
   | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$tree"
@@ -43,4 +46,4 @@ cd "$tree"
 git init -q . && git add -A
 
 python_version=$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-exec ansible-test sanity --color no --python "$python_version" "$@"
+ansible-test sanity --color no --python "$python_version" "$@"

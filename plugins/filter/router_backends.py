@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvcache.offload developers
-# Apache License 2.0 (see galaxy.yml)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """router_backends: the router's backend list, computed from the inventory."""
 
 from __future__ import absolute_import, division, print_function

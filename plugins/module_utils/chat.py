@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvcache.offload contributors
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Streaming chat-completion probe: a long deterministic shared prefix plus a varying suffix.
 
 Time to first token (TTFT) is measured from just before the request is sent to the first

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvcache.offload contributors
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Store or load a synthetic KV chunk through LMCache's own remote storage code.
 
 SCRIPT runs with the node venv's interpreter (the one vLLM and LMCache run from). It reads

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvcache.offload developers
-# Apache License 2.0 (see galaxy.yml)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Parse /proc/self/mountstats and compare a live NFS mount with what was asked.
 
 Shared by the ``mountstats`` module and its unit tests. Standard library only.

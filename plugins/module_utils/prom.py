@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvcache.offload contributors
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Prometheus text parsing and counter deltas for vLLM, LMCache and router /metrics pages.
 
 Parsing is done by the maintained ``prometheus_client.parser.text_string_to_metric_families``.

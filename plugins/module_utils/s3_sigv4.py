@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvcache.offload developers
-# Apache License 2.0 (see galaxy.yml)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """AWS Signature Version 4 for simple S3 requests, with the standard library only.
 
 Lets modules that run on GPU nodes (where boto3 is not installed) send one signed

@@ -35,8 +35,8 @@ def corpus(seed, lines=4000):
         "volume bucket object chunk layer head value key tensor compute offload shared "
         "system document context question answer policy contract clause section page"
     ).split()
-    for _ in range(lines):
-        yield " ".join(rng.choice(words) for _ in range(rng.randint(5, 20))) + "."
+    for dummy in range(lines):
+        yield " ".join(rng.choice(words) for dummy in range(rng.randint(5, 20))) + "."
 
 
 def main():

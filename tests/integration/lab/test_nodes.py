@@ -56,7 +56,7 @@ def http(url, body=None, key=None, timeout=60):
 
 def metric(url, name, labels):
     """Sum of a counter's samples whose labels include `labels`."""
-    _, text = http(url + "/metrics")
+    text = http(url + "/metrics")[1]
     total = 0.0
     for line in text.splitlines():
         if not line.startswith(name + "{"):
@@ -69,7 +69,7 @@ def metric(url, name, labels):
 
 
 def test_units_and_files(instances):
-    for host, container, inst, _ in instances:
+    for host, container, inst, dummy in instances:
         unit = docker_exec(container, "systemctl", "cat", "kvcache-vllm@%s.service" % inst["name"]).stdout
         assert "EnvironmentFile=%s/api-key.env" % CONF_DIR in unit
         assert "VLLM_API_KEY" not in unit
@@ -92,17 +92,17 @@ def test_instances_are_active_and_healthy(instances):
         state = docker_exec(container, "systemctl", "is-active", "kvcache-vllm@%s.service" % inst["name"],
                             check=False).stdout.strip()
         assert state == "active", "%s: instance %s is %s" % (host, inst["name"], state)
-        status, _ = http(url + "/health")
+        status = http(url + "/health")[0]
         assert status == 200, "%s: /health answered %s" % (host, status)
 
 
 def test_api_key_is_enforced(instances, api_key, hostvars):
     model = hostvars[instances[0][0]]["kvcache_served_model_name"]
     body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
-    for host, _, _, url in instances:
-        status, _ = http(url + "/v1/chat/completions", body)
+    for host, dummy, dummy2, url in instances:
+        status = http(url + "/v1/chat/completions", body)[0]
         assert status == 401, "%s: a request without the key got %s" % (host, status)
-        status, _ = http(url + "/v1/chat/completions", body, key="wrong-" + api_key)
+        status = http(url + "/v1/chat/completions", body, key="wrong-" + api_key)[0]
         assert status == 401, "%s: a request with a wrong key got %s" % (host, status)
         status, text = http(url + "/v1/chat/completions", body, key=api_key)
         assert status == 200, "%s: a request with the key got %s: %s" % (host, status, text[:200])
@@ -110,7 +110,7 @@ def test_api_key_is_enforced(instances, api_key, hostvars):
 
 
 def test_api_key_stays_secret(instances, api_key):
-    for host, container, inst, _ in instances:
+    for host, container, inst, dummy in instances:
         unit = "kvcache-vllm@%s.service" % inst["name"]
         for argv in (["systemctl", "show", unit], ["systemctl", "cat", unit],
                      ["journalctl", "--no-pager", "-u", unit],
@@ -122,7 +122,7 @@ def test_api_key_stays_secret(instances, api_key):
 
 def test_kv_from_instance_a_is_a_hit_on_instance_b(instances, api_key, hostvars):
     """A long prompt on A writes KV to the shared tier; the same prompt on B loads it."""
-    (_, _, _, url_a), (_, _, _, url_b) = instances[0], instances[1]
+    url_a, url_b = instances[0][3], instances[1][3]
     model = hostvars[instances[0][0]]["kvcache_served_model_name"]
     marker = "run %d " % time.time_ns()
     prompt = marker + " ".join("the shared prefix of document %d talks about cache tiers." % i for i in range(120))
