@@ -798,14 +798,19 @@ def eval_tier_write(stage, raw, causes):
     stage["details"] = {"instance": who, "tier": raw.get("location") or after.get("location") or before.get("location"),
                         "listed_on": listed_on, "probe": nums,
                         "models": after.get("models"), "unrecognized_objects": (after.get("unrecognized") or {}).get("objects")}
-    if ok_probe and listing_ok and delta_objects > 0 and delta_bytes > 0:
+    blocking = causes.blocking(stage["id"])
+    if ok_probe and listing_ok and delta_objects > 0 and delta_bytes > 0 and not blocking:
         stage["status"] = PASS
         stage["reason"] = "%d objects, %d bytes added to %s by one long prompt on %s" % (
             delta_objects, delta_bytes, stage["details"]["tier"], who)
     else:
         stage["status"] = FAIL
-        if listing_ok and ok_probe:
+        if listing_ok and ok_probe and not (delta_objects > 0 and delta_bytes > 0):
             problems.append("the tier did not grow (objects %+d, bytes %+d)" % (delta_objects, delta_bytes))
+        if blocking:
+            problems.append("the tier is not usable by the engines: %s" % ", ".join(blocking))
+            if listing_ok and ok_probe and delta_objects > 0:
+                problems.append("(measured: %d objects added while the check ran)" % delta_objects)
         stage["reason"] = "; ".join(problems)
     return stage
 

@@ -435,3 +435,12 @@ def test_engine_crash_on_load_is_named():
     s4 = stage(report, "cross_instance")
     assert s4["status"] == "fail" and s4["causes"] == ["engine_failed"]
     assert "prefill" in [c for c in report["causes"] if c["id"] == "engine_failed"][0]["fix"]
+
+
+def test_unwritable_tier_fails_stage_2_even_when_objects_appeared():
+    inputs = good_inputs()
+    inputs["nodes"][1]["write_test"] = {"rc": 1, "stderr": "Permission denied"}
+    report = build(inputs)
+    s2 = stage(report, "tier_write")
+    assert s2["status"] == "fail" and "tier_not_writable" in s2["causes"]
+    assert "measured: 4 objects added" in s2["reason"]
