@@ -28,7 +28,13 @@ export LMCACHE_TRACK_USAGE := false
 export ANSIBLE_LINT_SKIP_SCHEMA_UPDATE := 1
 export ANSIBLE_LINT_NODEPS := 0
 
-.PHONY: help venv collection docker image check lint sanity unit molecule test lab lab-down clean
+.PHONY: help venv collection docker image check lint sanity unit molecule integration test lab lab-test lab-down bench clean
+
+# Every scenario in molecule/; `make molecule MOLECULE_SCENARIOS="nodes router"` runs some.
+MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+# What `make test` (CI) runs: every scenario except `router`, whose vllm-router path the
+# lab runs end to end in lab-test (site.yml + tests/integration/lab/test_router.py).
+MOLECULE_CI_SCENARIOS ?= $(filter-out router,$(MOLECULE_SCENARIOS))
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -69,13 +75,22 @@ unit: venv
 	@echo "==> unit tests"
 	@python -m pytest tests/unit -q --cov=plugins --cov-report=term-missing:skip-covered --cov-report=xml:$(BUILD)/coverage.xml
 
-molecule: venv image ## Every molecule scenario (converge, idempotence, verify)
-	@echo "==> molecule"
-	@molecule test --all
+molecule: venv image ## Molecule scenarios (converge, idempotence, verify); MOLECULE_SCENARIOS picks some
+	@for scenario in $(MOLECULE_SCENARIOS); do \
+	  start=$$(date +%s); echo "==> molecule: $$scenario"; \
+	  molecule test -s $$scenario > $(BUILD)/molecule-$$scenario.log 2>&1 \
+	    || { tail -n 80 $(BUILD)/molecule-$$scenario.log; echo "molecule: $$scenario failed (log: build/molecule-$$scenario.log)"; exit 1; }; \
+	  echo "    $$scenario passed in $$(( $$(date +%s) - start )) s"; \
+	done
 
-test: ## Everything CI runs: check, molecule, the lab end to end
+integration: venv ## ONTAP / StorageGRID roles against recording test doubles of their APIs
+	@echo "==> integration tests (management API test doubles)"
+	@python -m pytest tests/integration -q -p no:cacheprovider -o testpaths=tests/integration --ignore=tests/integration/lab
+
+test: ## Everything CI runs: check, molecule, integration, the lab end to end
 	@$(MAKE) --no-print-directory check
-	@$(MAKE) --no-print-directory molecule
+	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_CI_SCENARIOS)"
+	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory lab-test
 
 lab: venv image ## Bring the lab up and run site.yml on it

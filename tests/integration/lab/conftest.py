@@ -1,8 +1,6 @@
 """Fixtures for tests that run against a lab brought up by `make lab`.
 
-They read the lab inventory with ansible-inventory (the same source the playbooks use)
-and reach hosts the way an operator would: `docker exec` into the container, or HTTP
-to the host's lab address.
+They read the lab inventory with ansible-inventory, the same source the playbooks use.
 """
 import json
 import os
@@ -10,8 +8,7 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
+from labutil import API_KEY_FILE, INVENTORY, ROOT, container_name, docker_exec, group_hosts  # noqa: F401
 
 
 @pytest.fixture(scope="session")
@@ -28,14 +25,6 @@ def hostvars(inventory):
     return inventory["_meta"]["hostvars"]
 
 
-def group_hosts(inventory, group):
-    """Hosts of a group, children included."""
-    hosts = list(inventory.get(group, {}).get("hosts", []))
-    for child in inventory.get(group, {}).get("children", []):
-        hosts.extend(h for h in group_hosts(inventory, child) if h not in hosts)
-    return hosts
-
-
 @pytest.fixture(scope="session")
 def lab_hosts(inventory):
     return group_hosts(inventory, "kvcache_lab")
@@ -46,13 +35,22 @@ def node_hosts(inventory):
     return group_hosts(inventory, "kvcache_nodes")
 
 
-def container_name(hostvars, host):
-    """The lab container of a host: ansible_docker_host, templated as Ansible would."""
-    return hostvars[host]["ansible_docker_host"].replace("{{ inventory_hostname }}", host)
+@pytest.fixture(scope="session")
+def api_key():
+    with open(API_KEY_FILE, encoding="utf-8") as handle:
+        key = handle.read().strip()
+    assert len(key) >= 32
+    assert os.stat(API_KEY_FILE).st_mode & 0o077 == 0, "the lab's API key file must be root-only"
+    return key
 
 
-def docker_exec(container, *argv, timeout=60, check=True):
-    return subprocess.run(
-        ["docker", "exec", container] + list(argv),
-        check=check, capture_output=True, text=True, timeout=timeout,
-    )
+@pytest.fixture(scope="session")
+def instances(hostvars, node_hosts):
+    """(host, container, instance, base_url) for every instance of every node."""
+    out = []
+    for host in node_hosts:
+        for inst in hostvars[host]["vllm_instances"]:
+            url = "http://%s:%d" % (hostvars[host]["ansible_host"], inst["port"])
+            out.append((host, container_name(hostvars, host), inst, url))
+    assert len(out) >= 2, "the lab needs two instances for the cross-instance tests"
+    return out

@@ -2,7 +2,7 @@
 import json
 import subprocess
 
-from conftest import container_name, docker_exec
+from labutil import container_name, docker_exec
 
 
 def test_every_lab_host_runs_systemd(hostvars, lab_hosts):

@@ -6,66 +6,11 @@ the key kept out of units, `systemctl show`, the journal and command lines, and 
 computed on one instance served to the other from the shared tier.
 """
 import json
-import os
-import re
 import time
-import urllib.error
-import urllib.request
 
-import pytest
+from labutil import docker_exec, http, metric
 
-from conftest import ROOT, container_name, docker_exec
-
-API_KEY_FILE = os.path.join(ROOT, "build", "lab", "secrets", "api-key")
 CONF_DIR = "/etc/kvcache/vllm"
-
-
-@pytest.fixture(scope="module")
-def api_key():
-    with open(API_KEY_FILE, encoding="utf-8") as handle:
-        key = handle.read().strip()
-    assert len(key) >= 32
-    assert os.stat(API_KEY_FILE).st_mode & 0o077 == 0, "the lab's API key file must be root-only"
-    return key
-
-
-@pytest.fixture(scope="module")
-def instances(hostvars, node_hosts):
-    """(host, container, instance, base_url) for every instance of every node."""
-    out = []
-    for host in node_hosts:
-        for inst in hostvars[host]["vllm_instances"]:
-            url = "http://%s:%d" % (hostvars[host]["ansible_host"], inst["port"])
-            out.append((host, container_name(hostvars, host), inst, url))
-    assert len(out) >= 2, "the lab needs two instances for the cross-instance test"
-    return out
-
-
-def http(url, body=None, key=None, timeout=60):
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = "Bearer " + key
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-
-
-def metric(url, name, labels):
-    """Sum of a counter's samples whose labels include `labels`."""
-    text = http(url + "/metrics")[1]
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        match = re.match(r"^([^{]+)\{(.*)\}\s+([0-9.eE+-]+)$", line)
-        have = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
-        if all(have.get(k) == v for k, v in labels.items()):
-            total += float(match.group(3))
-    return total
 
 
 def test_units_and_files(instances):
