@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright: (c) 2026, kvcache.offload developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """kvcache.offload benchmarks: storage throughput, lab tier effectiveness, break-even prediction.
@@ -216,7 +216,7 @@ def _lmcache_works(python):
         return False
     try:
         proc = subprocess.run([python, "-c", "import lmcache, torch, lmcache.v1.storage_backend.storage_manager"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=False,
                               env=dict(os.environ, **TELEMETRY_OFF, LMCACHE_LOG_LEVEL="ERROR"))
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -627,7 +627,7 @@ def section_storage(args, reference, out_dir, record):
                 handle.write("127.0.0.1 localhost\n127.0.0.1 %s.%s\n" % (bucket, S3_DOMAIN))
             log("storage: s3 tier, LMCache S3Connector (awscrt, virtual-hosted %s.%s)" % (bucket, S3_DOMAIN))
             extra = {"s3_region": S3_REGION, "disable_tls": True, "s3_prefer_http2": False,
-                     "s3_num_io_threads": max(4, max(args.streams)), "save_chunk_meta": False,
+                     "s3_num_io_threads": max([4] + args.streams), "save_chunk_meta": False,
                      "aws_access_key_id": store.access_key, "aws_secret_access_key": store.secret_key}
             tier["lmcache"] = run_lmcache_worker(
                 lmc_python, work, "s3", "s3://%s.%s:%d" % (bucket, S3_DOMAIN, store.s3_port), extra, geometry,
@@ -775,6 +775,7 @@ def section_lab(args, out_dir, record):
                 if (err.get("status") or 0) >= 500 or "EngineCore" in str(err.get("message")):
                     # A dead engine stays dead (or restarts for a minute): stop instead of hammering it.
                     engine_failed = "%s failed at %d tokens: %s" % (name, size, err.get("message"))
+
         def med(key):
             values = [r[key] for r in rows if r.get(key) is not None]
             return statistics.median(values) if values else None
@@ -788,8 +789,8 @@ def section_lab(args, out_dir, record):
             "rows": rows,
         }
         section["results"].append(result)
-        log("lab: %d tokens: cold %s, same %s, cross %s" % (size, result["ttft_cold_median_s"],
-                                                          result["ttft_same_median_s"], result["ttft_cross_median_s"]))
+        log("lab: %d tokens: cold %s, same %s, cross %s"
+            % (size, result["ttft_cold_median_s"], result["ttft_same_median_s"], result["ttft_cross_median_s"]))
     if engine_failed:
         section["engine_failed"] = engine_failed
         section["notes"].append("STOPPED: an instance's engine failed (%s); the remaining sizes were not run. "
@@ -956,8 +957,9 @@ def render_markdown(report):
         lines += ["## Converge timing", "", "| label | rc | seconds | hosts | s/host | changed | failed |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for c in conv:
-            lines.append("| %s | %s | %.1f | %d | %s | %s | %s |" % (c["label"], c["rc"], c["seconds"], c["hosts"],
-                                                                 _f(c["per_host_seconds"]), c["changed_total"], c["failed_total"]))
+            lines.append("| %s | %s | %.1f | %d | %s | %s | %s |" % (
+                c["label"], c["rc"], c["seconds"], c["hosts"], _f(c["per_host_seconds"]), c["changed_total"],
+                c["failed_total"]))
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -1045,8 +1047,8 @@ def main(argv=None):
         json.dump(report, handle, indent=2, sort_keys=True, default=str)
     with open(os.path.join(out_dir, "bench.md"), "w") as handle:
         handle.write(render_markdown(report))
-    log("wrote %s and %s (%.0f s)" % (os.path.join(out_dir, "bench.json"), os.path.join(out_dir, "bench.md"),
-                                       report["meta"]["seconds"]))
+    log("wrote %s and %s (%.0f s)"
+        % (os.path.join(out_dir, "bench.json"), os.path.join(out_dir, "bench.md"), report["meta"]["seconds"]))
     return 0
 
 
