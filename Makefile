@@ -104,5 +104,11 @@ lab-test: venv image ## The lab from scratch, twice (second run must change noth
 lab-down: venv ## Remove everything the lab made
 	@ansible-playbook playbooks/lab_down.yml
 
+bench: venv image ## Benchmarks (storage, tier effectiveness on the lab, break-even) into build/bench/
+	@python scripts/bench.py $(BENCH_ARGS)
+
+bench-smoke: venv ## The small benchmark run CI does (no LMCache venv is built for it)
+	@python scripts/bench.py --smoke --no-venv-create
+
 clean: lab-down ## Remove build/ (the tool venv, caches, reports)
 	rm -rf $(BUILD)

