@@ -21,9 +21,9 @@ description:
     (C(lmcache_mode), else C(kvcache_lmcache_mode)) is C(multiprocess), at port
     C(lmcache_mp_http_port). Its address is C(lmcache_mp_http_host) when that is a concrete
     address, the host's C(ansible_host) when it is a wildcard (C(0.0.0.0), C(::)), and, when it is a
-    loopback address (the default: the admin API has no authentication), what I(loopback) says.
-  - C(router) gives the router's C(/metrics) of every host: C(router_metrics_port) (and
-    C(router_metrics_host) when concrete) for C(router_implementation=vllm_router), else
+    loopback address (the default, since the admin API has no authentication), what I(loopback) says.
+  - C(router) gives the router's C(/metrics) of every host, at C(router_metrics_port) (and
+    C(router_metrics_host) when concrete) for C(router_implementation=vllm_router), else at
     C(router_port) (the production-stack router serves C(/metrics) on its API port).
   - A variable a host does not define is taken from I(defaults) (the roles' defaults are not in
     C(hostvars) unless the role ran in the same play). IPv6 addresses are put in brackets.
@@ -48,9 +48,9 @@ options:
     choices: [vllm, lmcache_mp, router]
   defaults:
     description:
-      - Values for variables a host does not define, e.g. C({lmcache_mp_http_port: 8080,
-        lmcache_mp_http_host: 127.0.0.1, kvcache_lmcache_mode: inprocess, router_port: 8001,
-        router_metrics_port: 29000, router_implementation: production_stack}).
+      - Values for variables a host does not define, for example C(lmcache_mp_http_port=8080),
+        C(lmcache_mp_http_host=127.0.0.1), C(kvcache_lmcache_mode=inprocess), C(router_port=8001),
+        C(router_metrics_port=29000) and C(router_implementation=production_stack).
     type: dict
     default: {}
   loopback:
