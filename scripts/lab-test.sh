@@ -49,3 +49,8 @@ fi
 
 echo "==> lab: integration tests"
 python -m pytest tests/integration/lab -p no:cacheprovider -q -o testpaths=tests/integration/lab
+
+echo "==> lab: benchmark smoke (build/bench/bench.md)"
+python scripts/bench.py --smoke --no-venv-create > "$logs/bench-smoke.log" 2>&1 \
+  || { tail -n 40 "$logs/bench-smoke.log"; echo "lab-test: the benchmark smoke run failed" >&2; exit 1; }
+tail -n 5 "$logs/bench-smoke.log" | sed 's/^/    /'
