@@ -107,13 +107,13 @@ CAUSES = {
     "lmcache_remote_not_configured": ("error", ("lmcache_probe",),
                                       "LMCache found no remote backend: set remote_storage_plugins/extra_config (fs) or "
                                       "remote_url (s3) in the LMCache config (kvcache_tier)."),
-    "mount_missing": ("error", ("tier_write", "cross_instance", "lmcache_probe"),
+    "mount_missing": ("error", ("instances", "tier_write", "local_hit", "cross_instance", "lmcache_probe"),
                       "The shared tier path is missing or not a mount on the node: mount the shared volume "
                       "(kvcache_mount role; in the lab the container's volume) before the engines start."),
-    "tier_read_only": ("error", ("tier_write", "cross_instance", "lmcache_probe"),
+    "tier_read_only": ("error", ("instances", "tier_write", "local_hit", "cross_instance", "lmcache_probe"),
                        "The shared tier is mounted read-only: remount it read-write (export policy rw_rule, mount "
                        "options)."),
-    "tier_not_writable": ("error", ("tier_write", "cross_instance", "lmcache_probe"),
+    "tier_not_writable": ("error", ("instances", "tier_write", "local_hit", "cross_instance", "lmcache_probe"),
                           "The engines' service user cannot write into the shared tier: fix the ownership/mode of "
                           "the volume's root (or the export's anon/root squash), e.g. chown kvcache:kvcache, mode 0770."),
     "tier_unreachable": ("error", ("tier_write", "cross_instance", "lmcache_probe"),

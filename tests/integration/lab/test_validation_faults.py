@@ -6,7 +6,8 @@ that the report fails the right stage with the right cause, and restores the lab
 /health again. Every step is bounded in time.
 
 - shared tier unwritable for the engines' service user: the host directory behind the
-  nodes' /mnt/kvcache gets mode 0550 (a container cannot remount its volume read-only
+  nodes' /mnt/kvcache gets mode 0550 (the lab's ExampleConnector then crashes the engines
+  on their first save, so stage 1 fails too; systemd restarts them after the restore) (a container cannot remount its volume read-only
   without privileges; chmod on the host makes it unwritable for the service user, which is
   what a read-only export or a wrong export owner does to vLLM and LMCache);
 - one instance with a different PYTHONHASHSEED: its env file is edited on the node, the
@@ -113,15 +114,16 @@ def test_unwritable_tier_fails_stage_2_with_the_cause(tmp_path, instance_urls, t
     assert stat.S_IMODE(os.stat(TIER_DIR).st_mode) == original
     assert report is not None, out
     assert rc != 0, "the play must fail when a required stage fails"
-    s2 = stage(report, "tier_write")
-    assert s2["status"] == "fail", s2
-    assert "tier_not_writable" in s2["causes"], (s2, report["causes"])
+    # With LMCache a failed write costs hits (stage 2 fails); the lab's ExampleConnector
+    # crashes the engine on a failed save, so there stage 1 fails (engine_failed). Either
+    # way the failing stage names the unwritable tier, and LMCache's own probe fails on it.
+    failing = dict((s["id"], s) for s in report["stages"] if s["status"] == "fail")
+    assert {"instances", "tier_write"} & set(failing), report["stages"]
+    for sid in {"instances", "tier_write"} & set(failing):
+        assert "tier_not_writable" in failing[sid]["causes"], failing[sid]
     assert sorted(cause(report, "tier_not_writable")["hosts"]) == ["lab-node1", "lab-node2"]
-    assert "tier_write" in report["failed_required"]
-    s6 = stage(report, "lmcache_probe")
-    assert s6["status"] == "fail" and "tier_not_writable" in s6["causes"], s6
-    # what still works is not blamed
-    assert stage(report, "instances")["status"] in ("pass", "fail")
+    assert "lmcache_probe" in failing and "tier_not_writable" in failing["lmcache_probe"]["causes"], report["stages"]
+    assert set(report["failed_required"]) & {"instances", "tier_write"}
     assert "Validation failed" in out
 
 
