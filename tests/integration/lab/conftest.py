@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from labutil import API_KEY_FILE, INVENTORY, ROOT, container_name, docker_exec, group_hosts  # noqa: F401
+from labutil import API_KEY_FILE, INVENTORY, ROOT, container_name, group_hosts
 
 
 @pytest.fixture(scope="session")

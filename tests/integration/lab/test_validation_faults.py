@@ -28,7 +28,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, container_name, docker_exec
+from labutil import ROOT, container_name, docker_exec
 
 TIER_DIR = os.path.join(ROOT, "build", "lab", "kvcache-tier")
 ENV_DIR = "/etc/kvcache/vllm"
