@@ -62,7 +62,7 @@ options:
   stages:
     description:
       - Raw results per stage id (C(instances), C(tier_write), C(local_hit), C(cross_instance), C(router),
-        C(lmcache_probe)); a stage given as C({skipped: true, reason: ...}) is reported skipped.
+        C(lmcache_probe)); a stage given as a dict with C(skipped=true) and a C(reason) is reported skipped.
       - The shapes are described in docs/roles/validation.md.
     type: dict
     default: {}
