@@ -730,8 +730,8 @@ def eval_instances(stage, raw, causes):
         if not unauth_ok:
             if unauth_status == 200:
                 causes.add("auth_not_enforced", "%s answered 200 without an API key" % who, hosts=[item.get("host")])
-            problems.append("%s: without key got %s, expected 401" % (who, unauth_status if unauth_status is not None
-                                                                       else _err_text(unauthed)))
+            got = unauth_status if unauth_status is not None else _err_text(unauthed)
+            problems.append("%s: without key got %s, expected 401" % (who, got))
     total = len(items)
     stage["numbers"] = {"instances": total, "healthy": healthy, "answered_with_key": answered, "refused_without_key": refused}
     stage["details"] = {"instances": rows}
@@ -1164,9 +1164,10 @@ def render_markdown(report):
         if stage["id"] == "instances" and stage["details"].get("instances"):
             out += ["", "| instance | /health | with key | TTFT s | without key |", "| --- | --- | --- | --- | --- |"]
             for row in stage["details"]["instances"]:
-                out.append("| %s/%s | %s | %s | %s | %s |" % (row["host"], row["instance"], _md_value(row["health_status"]),
-                                                             _md_value(row["completion_status"]), _md_value(row["ttft_s"]),
-                                                             _md_value(row["without_key_status"])))
+                cells = (row["host"], row["instance"], _md_value(row["health_status"]),
+                         _md_value(row["completion_status"]), _md_value(row["ttft_s"]),
+                         _md_value(row["without_key_status"]))
+                out.append("| %s/%s | %s | %s | %s | %s |" % cells)
         if stage["causes"]:
             out += ["", "Causes detected:"]
             for cid in stage["causes"]:
@@ -1193,7 +1194,8 @@ def render_markdown(report):
         remote = lm.get("remote_url") or (",".join(lm.get("remote_storage_plugins") or []) + (
             " %s" % lm.get("fs_base_path") if lm.get("fs_base_path") else ""))
         mount = "-" if not fs else "%s (%s%s)" % (fs.get("mount_target"), fs.get("fstype"), ", ro" if fs.get("read_only") else "")
-        out.append("| %s | %s | %s | %s | %s |" % (n["host"], _md_value(lm.get("chunk_size")), _md_value(remote or lm.get("error")),
-                                                  _md_value(mount), _md_value(fs.get("writable_by_service_user") if fs else None)))
+        cells = (n["host"], _md_value(lm.get("chunk_size")), _md_value(remote or lm.get("error")),
+                 _md_value(mount), _md_value(fs.get("writable_by_service_user") if fs else None))
+        out.append("| %s | %s | %s | %s | %s |" % cells)
     out.append("")
     return "\n".join(out)

@@ -22,7 +22,7 @@ description:
     stages they explain.
   - Writes the report as JSON (schema in docs/validation-report.md) and Markdown into O(report_dir),
     named after O(report_name), plus copies named C(validation-latest.json) and C(validation-latest.md).
-  - Returns RV(changed=false) by design, also when it writes files. The report is a record of the
+  - Returns C(changed=false) by design, also when it writes files. The report is a record of the
     run (like a log), not managed state; every run writes a new, timestamped pair of files, so
     reporting a change would make every run of C(site.yml) non-idempotent.
   - The module never fails because a stage failed; the role fails the play after the report is

@@ -24,13 +24,13 @@ def test_router_is_healthy(router_url):
 
 def test_requests_through_the_router_reach_every_instance(router_url, instances, api_key, hostvars):
     model = hostvars[instances[0][0]]["kvcache_served_model_name"]
-    before = [metric(url, SUCCESS, {}) for (_, _, _, url) in instances]
+    before = [metric(url, SUCCESS, {}) for (host, container, inst, url) in instances]
     body = {"model": model, "messages": [{"role": "user", "content": "route me"}], "max_tokens": 2}
     rounds = 4 * len(instances)
-    for _ in range(rounds):
+    for dummy in range(rounds):
         status, text = http(router_url + "/v1/chat/completions", body, key=api_key, timeout=120)
         assert status == 200, text[:300]
-    after = [metric(url, SUCCESS, {}) for (_, _, _, url) in instances]
+    after = [metric(url, SUCCESS, {}) for (host, container, inst, url) in instances]
     served = [b - a for a, b in zip(before, after)]
     assert sum(served) >= rounds, "the instances counted %s requests for %d sent" % (served, rounds)
     assert all(count >= 1 for count in served), "some instance got nothing through the router: %s" % served

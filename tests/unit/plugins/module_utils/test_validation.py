@@ -281,8 +281,8 @@ def test_s3_dns_addressing_from_probe_and_config():
 
 def test_tier_listing_timeout_is_a_cause_not_a_hang():
     inputs = good_inputs()
-    inputs["stages"]["tier_write"]["after"] = {"failed": True, "msg": "The tier_inventory action failed to execute in the "
-                                                                       "expected time frame (60) and was terminated", "timedout": {}}
+    msg = "The tier_inventory action failed to execute in the expected time frame (60) and was terminated"
+    inputs["stages"]["tier_write"]["after"] = {"failed": True, "msg": msg, "timedout": {}}
     report = build(inputs)
     assert "tier_unreachable" in stage(report, "tier_write")["causes"]
 
@@ -316,8 +316,8 @@ def test_telemetry_missing_is_a_finding_and_explains_stage_1():
 
 def test_no_external_tokens_fails_stage_4_without_config_cause():
     inputs = good_inputs()
-    inputs["stages"]["cross_instance"]["metrics"] = metrics({B["url"]: {"prompt_tokens_by_source": {"local_compute": 2300.0,
-                                                                                                     "external_kv_transfer": 0.0}}})
+    by_source = {"local_compute": 2300.0, "external_kv_transfer": 0.0}
+    inputs["stages"]["cross_instance"]["metrics"] = metrics({B["url"]: {"prompt_tokens_by_source": by_source}})
     report = build(inputs)
     s4 = stage(report, "cross_instance")
     assert s4["status"] == "fail" and "loaded 0 tokens" in s4["reason"]
