@@ -122,14 +122,8 @@ notes:
   - Check mode sends no request (a probe writes KV cache into the tiers); it returns the prefix it would use.
   - The request asks for C(stream_options.include_usage); vLLM reports C(prompt_tokens_details.cached_tokens)
     only when started with C(--enable-prompt-tokens-details).
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: In check mode no request is sent.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - kvcache.offload.read_only
 """
 
 EXAMPLES = r"""

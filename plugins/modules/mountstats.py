@@ -21,13 +21,6 @@ description:
   - Reads only; changes nothing.
 author:
   - kvcache.offload contributors (@kvcache-offload)
-attributes:
-  check_mode:
-    support: full
-    description: Reads only in check mode.
-  diff_mode:
-    support: none
-    description: No diff is returned.
 options:
   path:
     description: Mount point to check.
@@ -61,6 +54,8 @@ requirements:
   - Linux with an NFS client (the file exists only there).
 notes:
   - The node must have read the mount at least once; C(/proc/self/mountstats) lists the mounts of the caller's mount namespace.
+extends_documentation_fragment:
+  - kvcache.offload.read_only
 """
 
 EXAMPLES = r"""

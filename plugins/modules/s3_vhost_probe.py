@@ -22,13 +22,6 @@ description:
   - Uses only the Python standard library (SigV4 signing in C(module_utils/s3_sigv4)); reads only.
 author:
   - kvcache.offload contributors (@kvcache-offload)
-attributes:
-  check_mode:
-    support: full
-    description: Reads only in check mode.
-  diff_mode:
-    support: none
-    description: No diff is returned.
 options:
   endpoint:
     description: S3 endpoint URL with scheme, for example C(https://s3.grid.example.com) or C(http://s3.lab.internal:8333).
@@ -61,6 +54,8 @@ options:
     description: Seconds for the connection and for the answer.
     type: int
     default: 10
+extends_documentation_fragment:
+  - kvcache.offload.read_only
 """
 
 EXAMPLES = r"""

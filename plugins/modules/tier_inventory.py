@@ -109,13 +109,8 @@ options:
     type: dict
 notes:
   - Read-only; runs in check mode as well.
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - kvcache.offload.read_only
 """
 
 EXAMPLES = r"""

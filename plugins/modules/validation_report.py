@@ -83,14 +83,8 @@ options:
     default: validation
 notes:
   - In check mode the report is built and returned but no file is written.
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: No file is written in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - kvcache.offload.read_only
 """
 
 EXAMPLES = r"""
