@@ -79,7 +79,9 @@ molecule: venv image ## Molecule scenarios (converge, idempotence, verify); MOLE
 	@for scenario in $(MOLECULE_SCENARIOS); do \
 	  start=$$(date +%s); echo "==> molecule: $$scenario"; \
 	  molecule test -s $$scenario > $(BUILD)/molecule-$$scenario.log 2>&1 \
-	    || { tail -n 80 $(BUILD)/molecule-$$scenario.log; echo "molecule: $$scenario failed (log: build/molecule-$$scenario.log)"; exit 1; }; \
+	    || { grep -E -B3 -A40 '^(fatal|failed):|^FAILED!' $(BUILD)/molecule-$$scenario.log | tail -n 150; \
+	         tail -n 25 $(BUILD)/molecule-$$scenario.log; \
+	         echo "molecule: $$scenario failed (log: build/molecule-$$scenario.log)"; exit 1; }; \
 	  echo "    $$scenario passed in $$(( $$(date +%s) - start )) s"; \
 	done
 
