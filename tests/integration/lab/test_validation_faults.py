@@ -12,77 +12,24 @@ that the report fails the right stage with the right cause, and restores the lab
   what a read-only export or a wrong export owner does to vLLM and LMCache);
 - one instance with a different PYTHONHASHSEED: its env file is edited on the node, the
   unit restarted, and the file restored byte for byte (cp -p) afterwards;
-- S3 key revoked: the lab has no S3 tier (kvcache_tier: fs), so it is skipped with the
-  reason; the cause detection for 403 is unit-tested (tests/unit).
+- S3 key revoked: the lab's engines use the fs tier, so the run is about the S3 path of the
+  validation: every node gets an S3-tier LMCache config from the lmcache role
+  (playbooks/s3_probe_config.yml), a control run must pass stage 6 through the lab's
+  SeaweedFS bucket, then the key is revoked in the store's identities and the run must
+  fail stage 6 and the tier listing with cause s3_auth (403); identities, store and node
+  files are restored afterwards.
 
 The lab's ExampleConnector crashes the loading instance for prompts longer than one
 prefill chunk, so the runs use validation_prefix_tokens=640 (see docs/roles/validation.md).
 """
-import json
 import os
 import stat
-import subprocess
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-from labutil import ROOT, container_name, docker_exec
-
-TIER_DIR = os.path.join(ROOT, "build", "lab", "kvcache-tier")
-ENV_DIR = "/etc/kvcache/vllm"
-VALIDATE_TIMEOUT = 900
-HEALTH_TIMEOUT = 420
-EXTRA_VARS = ["-e", "validation_prefix_tokens=640"]
-
-
-def _env():
-    env = dict(os.environ)
-    env.update(PATH=os.path.join(ROOT, "build", "venv", "bin") + os.pathsep + env.get("PATH", ""),
-               ANSIBLE_HOME=os.path.join(ROOT, "build", "ansible-home"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, "build", "collections"))
-    return env
-
-
-def healthy(url, timeout=5):
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=timeout) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def wait_healthy(urls, timeout=HEALTH_TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(healthy(u) for u in urls):
-            return True
-        time.sleep(5)
-    return False
-
-
-def run_validate(report_dir):
-    """Run validate.yml into report_dir; return (rc, report dict or None, output tail)."""
-    proc = subprocess.run(
-        ["ansible-playbook", "playbooks/validate.yml", "-e", "validation_report_dir=%s" % report_dir] + EXTRA_VARS,
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=VALIDATE_TIMEOUT, check=False)
-    path = os.path.join(report_dir, "validation-latest.json")
-    report = None
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
-            report = json.load(handle)
-    return proc.returncode, report, (proc.stdout + proc.stderr)[-4000:]
-
-
-def stage(report, stage_id):
-    return [s for s in report["stages"] if s["id"] == stage_id][0]
-
-
-def cause(report, cause_id):
-    found = [c for c in report["causes"] if c["id"] == cause_id]
-    return found[0] if found else None
-
+from faultutil import (ENV_DIR, S3_PROBE_CONFIG, S3_STORE_CONFIG, S3_STORE_UNIT, TIER_DIR, cause, lab_s3_keys,
+                       run_validate, s3_probe_config, s3_vars, stage, wait_healthy, wait_s3)
+from labutil import container_name, docker_exec, group_hosts
 
 @pytest.fixture(scope="module")
 def instance_urls(hostvars, node_hosts):
@@ -163,7 +110,52 @@ def test_different_hash_seed_fails_stage_4_and_names_the_node(tmp_path, hostvars
     assert stage(report, "lmcache_probe")["status"] == "pass"
 
 
-def test_s3_key_revoked(tier_kind):
-    if tier_kind != "s3":
-        pytest.skip("the lab has no S3 tier (kvcache_tier: %s); the 403 cause is covered by the unit tests" % tier_kind)
-    pytest.skip("S3 fault run not implemented: no S3 tier in the lab to revoke a key on")
+def test_s3_key_revoked_fails_the_s3_stages_with_403(tmp_path, inventory, hostvars, instance_urls):
+    """The node key is revoked in the S3 store: stage 6 and the tier listing fail with s3_auth.
+
+    First a control run with the key in place must pass stage 6 through S3 (store on one
+    node, load bit-exact on the other), so the failure after the revocation is the key's.
+    """
+    s3_host = group_hosts(inventory, "kvcache_s3_store")[0]
+    container = container_name(hostvars, s3_host)
+    keys = lab_s3_keys()
+    assert wait_s3(hostvars, s3_host, keys, "ok") == "ok", "the lab's S3 store refuses the lab key before the test"
+    backup = "/root/.kvcache-validate-fault-identities.json"
+    s3_probe_config("present")
+    try:
+        rc, control, out = run_validate(str(tmp_path / "control"), extra=s3_vars(hostvars, s3_host))
+        assert control is not None, out
+        assert stage(control, "lmcache_probe")["status"] == "pass", (stage(control, "lmcache_probe"), out)
+        assert rc == 0, out
+        docker_exec(container, "cp", "-p", S3_STORE_CONFIG, backup)
+        try:
+            # Revoke: the identity keeps its name and rights, its credential is replaced.
+            docker_exec(container, "python3", "-c", (
+                "import json, secrets, sys; p = sys.argv[1]; d = json.load(open(p));"
+                "[c.update(accessKey='REVOKED' + secrets.token_hex(8)) for i in d['identities'] for c in i['credentials']];"
+                "json.dump(d, open(p, 'w'))"), S3_STORE_CONFIG)
+            docker_exec(container, "systemctl", "restart", S3_STORE_UNIT, timeout=120)
+            revoked = wait_s3(hostvars, s3_host, keys, "refused")
+            assert revoked in ("InvalidAccessKeyId", "AccessDenied", "403"), revoked
+            rc, report, out = run_validate(str(tmp_path / "revoked"), extra=s3_vars(hostvars, s3_host))
+        finally:
+            docker_exec(container, "cp", "-p", backup, S3_STORE_CONFIG, check=False)
+            docker_exec(container, "rm", "-f", backup, check=False)
+            docker_exec(container, "systemctl", "restart", S3_STORE_UNIT, timeout=120, check=False)
+    finally:
+        s3_probe_config("absent")
+    assert wait_s3(hostvars, s3_host, keys, "ok") == "ok", "the S3 store did not accept the lab key again"
+    for host in group_hosts(inventory, "kvcache_nodes"):
+        left = docker_exec(container_name(hostvars, host), "ls", S3_PROBE_CONFIG, check=False)
+        assert left.returncode != 0, "the S3 probe config was not removed from %s" % host
+    assert report is not None, out
+    assert rc != 0, "the play must fail when the S3 key is refused"
+    s6 = stage(report, "lmcache_probe")
+    assert s6["status"] == "fail", s6
+    assert "s3_auth" in s6["causes"], (s6, report["causes"])
+    assert "lmcache_probe" in report["failed_required"]
+    listing = stage(report, "tier_write")
+    assert listing["status"] == "fail" and "s3_auth" in listing["causes"], listing
+    assert "403" in cause(report, "s3_auth")["message"]
+    # the engines (fs tier) are untouched by the S3 key
+    assert stage(report, "instances")["status"] == "pass"

@@ -1,0 +1,81 @@
+"""playbooks/rolling_upgrade.yml in the lab, under a request loop through the router.
+
+The upgrade changes the model (a second tiny model at a new path, same served name) and
+then rolls back to the original, node by node. Every request of the loop, which runs
+through both, must succeed; afterwards every instance serves the expected model from a
+new process.
+"""
+import json
+import subprocess
+
+import pytest
+
+from faultutil import ansible_env, wait_healthy
+from labutil import ROOT, docker_exec, group_hosts, http
+from loadloop import RequestLoop
+
+PLAYBOOK_TIMEOUT = 1500
+
+
+@pytest.fixture(scope="module")
+def router_url(inventory, hostvars):
+    routers = group_hosts(inventory, "kvcache_router")
+    assert routers, "the lab inventory has no router"
+    host = hostvars[routers[0]]
+    return "http://%s:%d" % (host["ansible_host"], int(host.get("router_port", 8001)))
+
+
+def upgrade(*extra):
+    proc = subprocess.run(
+        ["ansible-playbook", "playbooks/rolling_upgrade.yml"] + [a for e in extra for a in ("-e", e)],
+        cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=PLAYBOOK_TIMEOUT, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def served_root(url, key):
+    status, text = http(url + "/v1/models", key=key, timeout=10)
+    assert status == 200, text[:300]
+    return json.loads(text)["data"][0]["root"]
+
+
+def main_pids(instances):
+    return dict((url, docker_exec(container, "systemctl", "show", "-p", "MainPID", "--value",
+                                  "kvcache-vllm@%s.service" % inst["name"]).stdout.strip())
+                for (host, container, inst, url) in instances)
+
+
+def test_rolling_model_upgrade_and_rollback_lose_no_request(instances, hostvars, router_url, api_key):
+    urls = [url for (host, container, inst, url) in instances]
+    if not wait_healthy(urls + [router_url], timeout=120):
+        pytest.skip("the lab's instances or router do not answer /health (is the lab up?)")
+    node = instances[0][0]
+    model = hostvars[node]["kvcache_model"]
+    served = hostvars[node]["kvcache_served_model_name"]
+    new_model = model.rstrip("/") + "-upgrade"
+    assert all(served_root(url, api_key) == model for url in urls)
+    pids = main_pids(instances)
+    loop = RequestLoop(router_url, api_key, served, streams=2).start()
+    try:
+        assert loop.wait_ok(4, timeout=120), loop.summary()
+        rc, out = upgrade("kvcache_model=%s" % new_model, "kvcache_served_model_name=%s" % served)
+        assert rc == 0, out[-4000:]
+        upgraded = dict((url, served_root(url, api_key)) for url in urls)
+        upgraded_pids = main_pids(instances)
+        count_after_upgrade = len(loop.ok())
+        rc, out = upgrade("kvcache_model=%s" % model)
+        assert rc == 0, out[-4000:]
+        assert loop.wait_ok(count_after_upgrade + 4, timeout=120), loop.summary()
+    finally:
+        loop.stop()
+        wait_healthy(urls, timeout=300)
+    for (host, container, inst, url) in instances:
+        docker_exec(container, "rm", "-rf", new_model, check=False)
+    assert upgraded == dict((url, new_model) for url in urls), upgraded
+    assert all(served_root(url, api_key) == model for url in urls)
+    # every instance was restarted by each run (new processes), one node at a time
+    assert all(upgraded_pids[url] != pids[url] for url in urls), (pids, upgraded_pids)
+    assert all(main_pids(instances)[url] != upgraded_pids[url] for url in urls)
+    # no request through the router failed during the upgrade or the rollback
+    assert loop.failed() == [], loop.summary()
+    assert len(loop.ok()) >= 10, loop.summary()
+    assert "Draining" in out and "Take this node's instances out of the router" in out
