@@ -106,7 +106,8 @@ lab-test: venv image ## The lab from scratch, twice (second run must change noth
 lab-down: venv ## Remove everything the lab made
 	@ansible-playbook playbooks/lab_down.yml
 
-bench: venv image ## Benchmarks (storage, tier effectiveness on the lab, break-even) into build/bench/
+# BENCH_ARGS="--sections converge --converge-nodes 2,8" runs only part of it (docs/benchmarks.md).
+bench: venv image ## Benchmarks (storage, lab TTFT, break-even, converge on 2/8/32 simulated nodes) into build/bench/
 	@python scripts/bench.py $(BENCH_ARGS)
 
 bench-smoke: venv ## The small benchmark run CI does (no LMCache venv is built for it)

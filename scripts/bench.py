@@ -17,8 +17,10 @@ lab       TTFT cold / same-instance hit / cross-instance hit via the shared tier
           512-4096 tokens, medians of N rounds, on the running lab (skipped when it is down).
 predict   measured tier bandwidth + the prefill table (docs/benchmarks/gpu_prefill_rates.yml)
           -> does loading from each tier beat recomputing, for named models and contexts.
-converge  time_command(): times a command (e.g. ansible-playbook site.yml) and records the
-          PLAY RECAP; run only when asked (--converge LABEL=COMMAND).
+converge  cold run and no-op rerun of the node-side playbooks on 2, 8 and 32 simulated nodes
+          (containers on their own network, engines installed but not started), and the
+          full-stack lab rerun when the lab is up (scripts/bench_converge.py); plus
+          time_command() for any command (--converge LABEL=COMMAND).
 
 Every loop is bounded in count and time; all traffic goes to 127.0.0.1 or the lab containers.
 """
@@ -73,6 +75,7 @@ def _load_module(name, path):
 
 
 kv = _load_module("kvcache_offload_kv_sizing", os.path.join(ROOT, "plugins", "filter", "kv_sizing.py"))
+bench_converge = _load_module("kvcache_offload_bench_converge", os.path.join(HERE, "bench_converge.py"))
 
 
 def load_reference(path=DATA_FILE):
@@ -138,8 +141,10 @@ def parse_play_recap(text):
     return hosts
 
 
-def time_command(command, label=None, cwd=ROOT, env=None, timeout=3600):
+def time_command(command, label=None, cwd=ROOT, env=None, timeout=3600, log_path=None):
     """Run a command (list or string), time it, and read its PLAY RECAP.
+
+    With log_path, the whole output is also written there.
 
     Returns {label, command, rc, seconds, hosts, per_host_seconds, recap, changed_total,
     failed_total, unreachable_total, timed_out, output_tail}. Never raises for the command's
@@ -150,10 +155,11 @@ def time_command(command, label=None, cwd=ROOT, env=None, timeout=3600):
     merged.update(env or {})
     started = time.monotonic()
     timed_out = False
+    sink = open(log_path, "w+b") if log_path else subprocess.PIPE  # the log fills while it runs
     try:
-        proc = subprocess.run(argv, cwd=cwd, env=merged, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.run(argv, cwd=cwd, env=merged, stdout=sink, stderr=subprocess.STDOUT,
                               timeout=timeout, check=False)
-        output = proc.stdout.decode("utf-8", errors="replace")
+        output = (proc.stdout or b"").decode("utf-8", errors="replace")
         rc = proc.returncode
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or b"").decode("utf-8", errors="replace")
@@ -163,6 +169,10 @@ def time_command(command, label=None, cwd=ROOT, env=None, timeout=3600):
         output = str(exc)
         rc = None
     seconds = time.monotonic() - started
+    if log_path:
+        sink.seek(0)
+        output = sink.read().decode("utf-8", errors="replace") or output
+        sink.close()
     recap = parse_play_recap(output)
     total = {}
     for counts in recap.values():
@@ -950,6 +960,8 @@ def render_markdown(report):
                 row["model"], row["gpu"], row["tp"], row["context_tokens"], _f(row["prefill_tokens_per_s"], "%.0f"),
                 _f(row["recompute_seconds"], "%.3f"), _f(row["break_even_bandwidth"] / GB, "%.2f"), " | ".join(cells)))
         lines.append("")
+    if report.get("converge_sim"):
+        lines += bench_converge.render_markdown(report["converge_sim"])
     conv = report.get("converge")
     if conv:
         lines += ["## Converge timing", "", "| label | rc | seconds | hosts | s/host | changed | failed |",
@@ -968,8 +980,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="small, fast run for CI")
     parser.add_argument("--out", default=os.path.join(ROOT, "build", "bench"))
-    parser.add_argument("--sections", default="storage,lab,predict",
-                        help="comma list of storage, lab, predict (converge runs when --converge is given)")
+    parser.add_argument("--sections", default=None,
+                        help="comma list of storage, lab, predict, converge (default: all four; --smoke: "
+                             "storage,lab,predict); --converge commands run in any case")
     parser.add_argument("--model", default=None, help="model of docs/benchmarks/gpu_prefill_rates.yml sizing the chunk")
     parser.add_argument("--chunk-size", type=int, default=256)
     parser.add_argument("--objects", type=int, default=None)
@@ -990,6 +1003,13 @@ def parse_args(argv=None):
                         help="extra tier bandwidth for the prediction (e.g. ontap-prod=12.5)")
     parser.add_argument("--converge", action="append", default=[], metavar="LABEL=COMMAND",
                         help="time a command and read its PLAY RECAP (e.g. 'noop=ansible-playbook site.yml')")
+    parser.add_argument("--converge-nodes", default="2,8,32", help="simulated node counts of the converge section")
+    parser.add_argument("--converge-image", default=bench_converge.SIM_IMAGE)
+    parser.add_argument("--converge-uv-cache", default=os.path.join(ROOT, "build", "cache", "lab", "uv"),
+                        help="uv cache the simulated nodes share (default: the lab's, so the seed build is warm)")
+    parser.add_argument("--converge-timeout", type=float, default=3600, help="seconds for one playbook run")
+    parser.add_argument("--no-converge-lab", dest="converge_lab", action="store_false",
+                        help="never time the full-stack lab rerun (default: when the lab is up)")
     parser.add_argument("--keep", action="store_true", help="keep the SeaweedFS data directory")
     args = parser.parse_args(argv)
     smoke = args.smoke
@@ -1002,7 +1022,12 @@ def parse_args(argv=None):
     args.lab_max_seconds = args.lab_max_seconds or (60.0 if smoke else 600.0)
     args.streams = [int(s) for s in args.streams.split(",")]
     args.contexts = [int(c) for c in args.contexts.split(",")]
+    args.sections = args.sections or ("storage,lab,predict" if smoke else "storage,lab,predict,converge")
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    try:
+        args.converge_nodes = bench_converge.parse_nodes(args.converge_nodes)
+    except ValueError as exc:
+        parser.error(str(exc))
     if max(args.streams) > 64 or args.objects > 1024:
         parser.error("streams <= 64 and objects <= 1024")
     return args
@@ -1034,6 +1059,8 @@ def main(argv=None):
             tiers.append({"name": name, "bytes_per_s": float(gbps) * GB, "source": "given with --tier"})
         report["predict"] = {"mfu": args.mfu or reference["assumptions"]["mfu"], "contexts": args.contexts,
                              "tiers": tiers, "rows": predict(reference, tiers, args.contexts, args.mfu)}
+    if "converge" in args.sections:
+        report["converge_sim"] = bench_converge.section_converge(args, out_dir, time_command)
     if args.converge:
         report["converge"] = []
         for spec in args.converge:

@@ -127,3 +127,21 @@ def test_smoke_defaults_are_small():
     assert args.model == "Llama-3.1-8B" and args.rounds >= 5 and args.sizes == [512, 1024, 2048, 4096]
     with pytest.raises(SystemExit):
         bench.parse_args(["--streams", "1,100"])
+
+
+def test_time_command_log_path(tmp_path):
+    script = tmp_path / "fake-playbook.py"
+    script.write_text("import sys\nsys.stdout.write(%r)\n" % RECAP)
+    log = tmp_path / "run.log"
+    got = bench.time_command([sys.executable, str(script)], label="logged", timeout=60, log_path=str(log))
+    assert log.read_text() == RECAP
+    assert got["rc"] == 0 and got["hosts"] == 3 and got["changed_total"] == 2
+
+
+def test_converge_section_only_in_the_full_run():
+    assert "converge" in bench.parse_args([]).sections
+    assert bench.parse_args([]).converge_nodes == [2, 8, 32]
+    assert "converge" not in bench.parse_args(["--smoke"]).sections
+    assert bench.parse_args(["--sections", "converge", "--converge-nodes", "8,2"]).converge_nodes == [2, 8]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--converge-nodes", "0"])

@@ -1,0 +1,495 @@
+# Copyright: (c) 2026, kvcache.offload developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Converge benchmark for scripts/bench.py: no-op reruns of the node-side playbooks on N
+simulated nodes, and the full-stack lab rerun when the lab is up.
+
+Simulated nodes are systemd containers made from the local image on their OWN docker
+network (kvcache-sim, 172.29.110.0/24) with their own names (kvcache-sim-nodeNN); the
+lab's containers, network and build/lab are never touched. Each node gets the engine
+"installed but not started" (vllm_start_instances: false, a real production knob).
+
+Shortcut (documented in docs/benchmarks.md): the ~3 GB engine venv and the tiny model are
+built once, by a real run of playbooks/nodes.yml on a seed container
+(kvcache-sim-seed) whose venv and model directories are host directories under
+build/bench/sim; every simulated node mounts them read-only at the same paths, so
+inference_env finds the venv built from the same lock and skips the install. The measured
+runs are unmodified ansible-playbook runs of the collection's playbooks.
+"""
+
+import fcntl
+import glob
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+SIM_NETWORK = "kvcache-sim"
+SIM_SUBNET = "172.29.110.0/24"
+SIM_GATEWAY = "172.29.110.1"
+SIM_PREFIX = "kvcache-sim-"
+SIM_LABEL = "kvcache.offload.bench=converge-sim"
+SIM_IMAGE = "kvcache-offload/debian12-systemd:current"
+SEED_ADDRESS = "172.29.110.250"
+MAX_NODES = 200
+VENV_PATH = "/opt/kvcache/venv"
+MODELS_PATH = "/opt/kvcache/models"
+UV_CACHE_PATH = "/var/cache/kvcache/uv"
+TIER_PATH = "/mnt/kvcache"
+# The node-side stages of site.yml, in its order (router.yml and validate.yml need a router
+# and running engines; the router play matches no host here).
+NODE_PLAYBOOKS = ("playbooks/preflight.yml", "playbooks/host_prep.yml", "playbooks/storage.yml",
+                  "playbooks/nodes.yml")
+SEED_PLAYBOOKS = ("playbooks/nodes.yml",)
+LAB_CONTAINERS = ("kvcache-lab-node1", "kvcache-lab-node2", "kvcache-lab-router", "kvcache-lab-s3")
+LAB_LOCK = "/tmp/kvcache-lab.lock"
+TARGET_RATIO = 4.0
+TARGET_LAB_SECONDS = 60.0
+
+
+def log(message):
+    sys.stderr.write("[bench %s] converge: %s\n" % (time.strftime("%H:%M:%S"), message))
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# pure helpers (unit-tested)
+
+def parse_nodes(text):
+    """'2,8,32' -> [2, 8, 32] (sorted, unique); raises ValueError outside 1..MAX_NODES."""
+    counts = sorted({int(part) for part in str(text).split(",") if part.strip()})
+    if not counts or counts[0] < 1 or counts[-1] > MAX_NODES:
+        raise ValueError("node counts must be between 1 and %d: %r" % (MAX_NODES, text))
+    return counts
+
+
+def sim_hosts(count):
+    """The simulated nodes: [{name, container, address}], addresses .11 upwards."""
+    if not 1 <= count <= MAX_NODES:
+        raise ValueError("1..%d nodes" % MAX_NODES)
+    return [{"name": "sim-node%02d" % index, "container": "%snode%02d" % (SIM_PREFIX, index),
+             "address": "172.29.110.%d" % (10 + index)} for index in range(1, count + 1)]
+
+
+def seed_host():
+    return {"name": "sim-seed", "container": SIM_PREFIX + "seed", "address": SEED_ADDRESS}
+
+
+def node_vars(pip_sources, api_key, ca_certificates):
+    """Variables of every simulated node: the lab's node settings (inventories/lab), with the
+    engines installed but not started."""
+    return {
+        # LAB SUBSTITUTE (as in inventories/lab): containers over the docker connection.
+        "ansible_connection": "community.docker.docker",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "kvcache_model": MODELS_PATH + "/tiny-qwen2",
+        "kvcache_served_model_name": "tiny-qwen2",
+        "kvcache_hash_seed": 123,
+        "kvcache_chunk_size": 256,
+        "kvcache_tensor_parallel_size": 1,
+        "kvcache_tier": "fs",
+        "kvcache_fs_path": TIER_PATH,
+        "kvcache_mount_type": "shared_dir",
+        "kvcache_api_key": api_key,
+        "ca_trust_certificates": list(ca_certificates),
+        "inference_env_profile": "cpu",
+        "inference_env_model_source": "tiny_random",
+        "inference_env_find_links": list(pip_sources.get("find_links", [])),
+        "inference_env_extra_index_urls": list(pip_sources.get("extra_index_urls", [])),
+        "inference_env_index_strategy": "unsafe-best-match",
+        "vllm_kv_connector": "example_shared_storage",
+        "vllm_enforce_eager": True,
+        "vllm_max_model_len": 8192,
+        "vllm_extra_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        "vllm_extra_args": ["--max-num-batched-tokens", "8192"],
+        "lmcache_max_local_cpu_size": 1,
+        "vllm_instances": [{"name": "cpu0", "port": 8000}],
+        # The production knob this benchmark is about: installed, configured, not started.
+        "vllm_start_instances": False,
+    }
+
+
+def make_inventory(hosts, variables):
+    """An inventory (dict, YAML-ready) with the hosts in kvcache_nodes and empty platform groups."""
+    return {"all": {
+        "vars": dict(variables),
+        "children": {
+            "kvcache_nodes": {"hosts": {h["name"]: {"ansible_host": h["address"],
+                                                    "ansible_docker_host": h["container"]} for h in hosts}},
+            "kvcache_router": {"hosts": {}},
+            "kvcache_storage_controllers": {"hosts": {}},
+            "kvcache_s3_store": {"hosts": {}},
+        },
+    }}
+
+
+def docker_run_argv(host, image, volumes, network=SIM_NETWORK):
+    """`docker run` arguments for one simulated node: systemd as PID 1, as playbooks/lab_up.yml
+    makes the lab's."""
+    argv = ["run", "--detach", "--name", host["container"], "--hostname", host["name"],
+            "--label", SIM_LABEL, "--network", network, "--ip", host["address"],
+            "--env", "container=docker", "--stop-signal", "SIGRTMIN+3", "--shm-size", "1g",
+            "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
+            "--volume", "/sys/fs/cgroup:/sys/fs/cgroup:ro"]
+    for volume in volumes:
+        argv += ["--volume", volume]
+    return argv + [image, "/lib/systemd/systemd"]
+
+
+def parse_profile_tasks(text, top=12):
+    """The slowest tasks from the profile_tasks summary: [{task, seconds}] (largest first)."""
+    rows = []
+    pattern = re.compile(r"^(?P<task>.+?) -{2,} (?P<seconds>\d+\.\d+)s$")
+    seen_summary = False
+    for line in (text or "").splitlines():
+        line = line.rstrip()
+        if re.match(r"^=+\s*$", line):
+            seen_summary = True
+            rows = []
+            continue
+        match = pattern.match(line)
+        if seen_summary and match:
+            rows.append({"task": match.group("task").strip(), "seconds": float(match.group("seconds"))})
+    rows.sort(key=lambda row: -row["seconds"])
+    return rows[:top]
+
+
+def summarize_targets(results, lab=None, ratio_target=TARGET_RATIO, lab_target=TARGET_LAB_SECONDS):
+    """Targets of issue #9 from the per-N results ({nodes, rerun: {seconds, changed_total, rc}}):
+    every rerun changed=0, rerun(max N) / rerun(min N) < ratio_target, lab rerun < lab_target s.
+    A target that was not measured is None (never True)."""
+    ok = [r for r in results if r.get("rerun") and r["rerun"].get("rc") == 0]
+    by_n = {r["nodes"]: r["rerun"] for r in ok}
+    out = {"changed_zero": None, "ratio": None, "ratio_nodes": None, "ratio_met": None,
+           "ratio_target": ratio_target, "lab_seconds": None, "lab_met": None, "lab_changed_zero": None,
+           "lab_target_seconds": lab_target}
+    reruns = [r.get("rerun") for r in results if r.get("rerun")]
+    if reruns:
+        out["changed_zero"] = all(r.get("rc") == 0 and r.get("changed_total") == 0 for r in reruns)
+    if len(by_n) >= 2:
+        low, high = min(by_n), max(by_n)
+        if by_n[low]["seconds"]:
+            out["ratio"] = by_n[high]["seconds"] / by_n[low]["seconds"]
+            out["ratio_nodes"] = [low, high]
+            out["ratio_met"] = out["ratio"] < ratio_target
+    if lab and lab.get("rerun") and lab["rerun"].get("rc") == 0:
+        out["lab_seconds"] = lab["rerun"]["seconds"]
+        out["lab_met"] = lab["rerun"]["seconds"] < lab_target
+        out["lab_changed_zero"] = lab["rerun"].get("changed_total") == 0
+    return out
+
+
+def _verdict(value):
+    return {True: "met", False: "NOT met", None: "not measured"}[value]
+
+
+def render_markdown(conv):
+    """The converge section of bench.md."""
+    def sec(value):
+        return "-" if value is None else "%.1f" % value
+
+    lines = ["## Converge: no-op reruns", ""]
+    if conv.get("skipped"):
+        return lines + ["Skipped: %s." % conv.get("reason"), ""]
+    lines.append("Simulated nodes: systemd containers on docker network `%s`, engines installed but not started "
+                 "(`vllm_start_instances: false`); playbooks: %s. Shortcut: the engine venv and the tiny model "
+                 "come from one seed run, mounted read-only into every node (docs/benchmarks.md). "
+                 "forks=%s, pipelining=%s." % (SIM_NETWORK, ", ".join("`%s`" % p for p in conv.get("playbooks", [])),
+                                               conv.get("forks"), conv.get("pipelining")))
+    lines.append("")
+    lines += ["| nodes | cold s | rerun s | rerun s/host | rerun changed | rerun failed | rc |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in conv.get("results", []):
+        cold, rerun = r.get("cold") or {}, r.get("rerun") or {}
+        lines.append("| %d | %s | %s | %s | %s | %s | %s |" % (
+            r["nodes"], sec(cold.get("seconds")), sec(rerun.get("seconds")),
+            "-" if rerun.get("per_host_seconds") is None else "%.2f" % rerun["per_host_seconds"],
+            rerun.get("changed_total", "-"), rerun.get("failed_total", "-"),
+            "cold %s / rerun %s" % (cold.get("rc", "-"), rerun.get("rc", "-"))))
+        if r.get("error"):
+            lines.append("| | error: %s | | | | | |" % str(r["error"]).replace("|", "/")[:200])
+    lab = conv.get("lab") or {}
+    lines.append("")
+    if lab.get("rerun"):
+        rr = lab["rerun"]
+        lines.append("Full-stack lab rerun (`ansible-playbook site.yml`, lab inventory): %.1f s, %d hosts, changed=%s, "
+                     "rc %s." % (rr["seconds"], rr["hosts"], rr.get("changed_total"), rr.get("rc")))
+    else:
+        lines.append("Full-stack lab rerun: not measured (%s)." % lab.get("reason", "not asked"))
+    t = conv.get("targets") or {}
+    lines += ["", "Targets (reported, never asserted):", ""]
+    lines.append("- every rerun reports changed=0: **%s**" % _verdict(t.get("changed_zero")))
+    lines.append("- rerun(%s nodes) / rerun(%s nodes) < %.0fx: **%s** (%s)" % (
+        (t.get("ratio_nodes") or ["max", "min"])[1], (t.get("ratio_nodes") or ["min", "max"])[0],
+        t.get("ratio_target", TARGET_RATIO), _verdict(t.get("ratio_met")),
+        "-" if t.get("ratio") is None else "%.2fx" % t["ratio"]))
+    lines.append("- full-stack lab rerun < %.0f s: **%s** (%s)" % (
+        t.get("lab_target_seconds", TARGET_LAB_SECONDS), _verdict(t.get("lab_met")), sec(t.get("lab_seconds"))))
+    if t.get("lab_changed_zero") is False:
+        lines.append("- the lab rerun changed something (changed=%s)" % lab["rerun"].get("changed_total"))
+    slow = [r for r in conv.get("results", []) if (r.get("rerun") or {}).get("slowest_tasks")]
+    if slow:
+        biggest = slow[-1]
+        lines += ["", "Where the %d-node rerun goes (profile_tasks, slowest tasks):" % biggest["nodes"], ""]
+        for row in biggest["rerun"]["slowest_tasks"][:8]:
+            lines.append("- %.2f s %s" % (row["seconds"], row["task"]))
+    for note in conv.get("notes", []):
+        lines.append("- %s" % note)
+    lines.append("")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# docker and ansible (side effects)
+
+def _docker(argv, timeout=120, check=True):
+    proc = subprocess.run(["docker"] + list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          timeout=timeout, check=False)
+    out = proc.stdout.decode("utf-8", errors="replace")
+    if check and proc.returncode != 0:
+        raise RuntimeError("docker %s failed (%d): %s" % (" ".join(argv[:3]), proc.returncode, out.strip()[-400:]))
+    return out
+
+
+def own_containers():
+    """Names of the containers this benchmark made (by label AND name prefix)."""
+    out = _docker(["ps", "-a", "--filter", "label=" + SIM_LABEL, "--format", "{{.Names}}"], check=False)
+    return [name for name in out.split() if name.startswith(SIM_PREFIX)]
+
+
+def teardown():
+    """Remove every simulated node and the sim network (never anything of the lab)."""
+    names = own_containers()
+    if names:
+        _docker(["rm", "--force", "--volumes"] + names, timeout=300, check=False)
+    if _docker(["network", "ls", "--filter", "name=^%s$" % SIM_NETWORK, "--format", "{{.Name}}"],
+               check=False).strip() == SIM_NETWORK:
+        _docker(["network", "rm", SIM_NETWORK], check=False)
+
+
+def _ensure_network():
+    if _docker(["network", "ls", "--filter", "name=^%s$" % SIM_NETWORK, "--format", "{{.Name}}"],
+               check=False).strip() != SIM_NETWORK:
+        _docker(["network", "create", "--driver", "bridge", "--subnet", SIM_SUBNET, "--gateway", SIM_GATEWAY,
+                 "--label", SIM_LABEL, SIM_NETWORK])
+
+
+def start_containers(hosts, image, volumes, boot_timeout=180):
+    _ensure_network()
+    for host in hosts:
+        _docker(docker_run_argv(host, image, volumes))
+    deadline = time.monotonic() + boot_timeout
+    for host in hosts:
+        while True:
+            state = _docker(["exec", host["container"], "systemctl", "is-system-running"], check=False).strip()
+            if state.splitlines() and state.splitlines()[-1] in ("running", "degraded"):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("%s: systemd did not finish booting (%s)" % (host["container"], state))
+            time.sleep(1)
+
+
+def _write_inventory(path, inventory):
+    import yaml
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write("# Generated by scripts/bench_converge.py for the converge benchmark; not for editing.\n")
+        yaml.safe_dump(inventory, handle, default_flow_style=False, sort_keys=True)
+
+
+def _pip_sources():
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "pip-sources.py")], stdout=subprocess.PIPE,
+                          timeout=60, check=True)
+    return json.loads(proc.stdout.decode())
+
+
+def _playbook_argv(inventory, playbooks):
+    return [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inventory] + [
+        os.path.join(ROOT, p) for p in playbooks]
+
+
+def _ansible_settings():
+    """forks and pipelining as the runs see them (ansible-config)."""
+    exe = os.path.join(os.path.dirname(sys.executable), "ansible-config")
+    out = {"forks": None, "pipelining": None}
+    try:
+        proc = subprocess.run([exe, "dump", "--only-changed", "--format", "json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, timeout=60, check=False, cwd=ROOT)
+        for item in json.loads(proc.stdout.decode() or "[]"):
+            if item.get("name") == "DEFAULT_FORKS":
+                out["forks"] = item.get("value")
+            if item.get("name") == "ANSIBLE_PIPELINING":
+                out["pipelining"] = item.get("value")
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        pass
+    return out
+
+
+def _timed(time_command, argv, label, log_path, timeout):
+    result = time_command(argv, label=label, timeout=timeout, log_path=log_path)
+    result["slowest_tasks"] = parse_profile_tasks(result.pop("output", None) or _read(log_path))
+    result["log"] = os.path.relpath(log_path, ROOT)
+    return result
+
+
+def _read(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def _lab_running():
+    out = _docker(["ps", "--format", "{{.Names}}"], check=False).split()
+    missing = [name for name in LAB_CONTAINERS if name not in out]
+    return not missing, missing
+
+
+def section_converge(args, _out_dir, time_command):
+    """Run the converge benchmark; returns the report section (never raises for a failed run)."""
+    started = time.monotonic()
+    sim_dir = os.path.join(ROOT, "build", "bench", "sim")  # persistent (the seed venv), whatever --out is
+    logs = os.path.join(sim_dir, "logs")
+    os.makedirs(logs, exist_ok=True)
+    conv = {"playbooks": list(NODE_PLAYBOOKS), "node_counts": args.converge_nodes, "results": [], "notes": []}
+    conv.update(_ansible_settings())
+    if shutil.which("docker") is None:
+        return dict(conv, skipped=True, reason="no docker")
+    image = args.converge_image
+    if not _docker(["image", "inspect", image, "--format", "{{.Id}}"], check=False).startswith("sha256:"):
+        return dict(conv, skipped=True, reason="image %s missing (make image)" % image)
+
+    pip_sources = _pip_sources()
+    ca_certificates = sorted(glob.glob("/usr/local/share/ca-certificates/*.crt"))
+    secret_file = os.path.join(sim_dir, "api-key")
+    if not os.path.exists(secret_file):
+        with open(os.open(secret_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as handle:
+            handle.write(secrets.token_urlsafe(30))
+    variables = node_vars(pip_sources, _read(secret_file).strip(), ca_certificates)
+    venv_dir = os.path.join(sim_dir, "engine-venv")
+    models_dir = os.path.join(sim_dir, "models")
+    tier_dir = os.path.join(sim_dir, "tier")
+    uv_cache = os.path.abspath(args.converge_uv_cache)
+    for path in (venv_dir, models_dir, uv_cache):
+        os.makedirs(path, exist_ok=True)
+    common = ["%s:%s:ro" % (m, m) for m in pip_sources.get("mounts", [])] + ["%s:%s" % (uv_cache, UV_CACHE_PATH)]
+    conv["uv_cache"] = uv_cache
+
+    teardown()
+    # SIGTERM (a CI timeout, `kill`) becomes SystemExit, so the finally below still removes the nodes.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        _seed_and_runs(args, conv, image, common, variables, sim_dir, tier_dir, venv_dir, models_dir, logs,
+                       time_command)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        conv["error"] = "%s: %s" % (type(exc).__name__, exc)
+        log(conv["error"])
+    finally:
+        log("removing the simulated nodes and network %s" % SIM_NETWORK)
+        teardown()
+        shutil.rmtree(tier_dir, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
+
+    conv["lab"] = _lab_rerun(args, logs, time_command)
+    conv["targets"] = summarize_targets(conv["results"], conv["lab"])
+    conv["seconds"] = time.monotonic() - started
+    return conv
+
+
+def _exit_on_sigterm(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def _seed_and_runs(args, conv, image, common, variables, sim_dir, tier_dir, venv_dir, models_dir, logs,
+                   time_command):
+    # The seed: a real nodes.yml run that builds (or finds up to date) the shared venv and model.
+    log("seed: building or checking the shared engine venv (%s)" % os.path.relpath(venv_dir, ROOT))
+    seed = seed_host()
+    shutil.rmtree(tier_dir, ignore_errors=True)
+    os.makedirs(tier_dir)
+    start_containers([seed], image, common + ["%s:%s" % (venv_dir, VENV_PATH), "%s:%s" % (models_dir, MODELS_PATH),
+                                              "%s:%s" % (tier_dir, TIER_PATH)])
+    seed_inv = os.path.join(sim_dir, "inventory-seed.yml")
+    _write_inventory(seed_inv, make_inventory([seed], variables))
+    conv["seed"] = _timed(time_command, _playbook_argv(seed_inv, SEED_PLAYBOOKS), "seed",
+                          os.path.join(logs, "seed.log"), args.converge_timeout)
+    _docker(["rm", "--force", seed["container"]], check=False)
+    if conv["seed"]["rc"] != 0:
+        raise RuntimeError("the seed run failed (log: %s)" % conv["seed"]["log"])
+    node_volumes = common + ["%s:%s:ro" % (venv_dir, VENV_PATH), "%s:%s:ro" % (models_dir, MODELS_PATH),
+                             "%s:%s" % (tier_dir, TIER_PATH)]
+    for count in args.converge_nodes:
+        conv["results"].append(_one_count(args, count, image, node_volumes, variables, sim_dir, tier_dir,
+                                          logs, time_command))
+
+
+def _one_count(args, count, image, volumes, variables, sim_dir, tier_dir, logs, time_command):
+    hosts = sim_hosts(count)
+    result = {"nodes": count}
+    inventory = os.path.join(sim_dir, "inventory-%d.yml" % count)
+    _write_inventory(inventory, make_inventory(hosts, variables))
+    try:
+        teardown()
+        shutil.rmtree(tier_dir, ignore_errors=True)
+        os.makedirs(tier_dir)
+        log("%d nodes: starting containers" % count)
+        begin = time.monotonic()
+        start_containers(hosts, image, volumes, boot_timeout=120 + 5 * count)
+        result["boot_seconds"] = time.monotonic() - begin
+        argv = _playbook_argv(inventory, NODE_PLAYBOOKS)
+        log("%d nodes: cold run" % count)
+        result["cold"] = _timed(time_command, argv, "cold-%d" % count, os.path.join(logs, "cold-%d.log" % count),
+                                args.converge_timeout)
+        if result["cold"]["rc"] != 0:
+            result["error"] = "cold run failed (log: %s)" % result["cold"]["log"]
+            return result
+        log("%d nodes: no-op rerun" % count)
+        result["rerun"] = _timed(time_command, argv, "rerun-%d" % count, os.path.join(logs, "rerun-%d.log" % count),
+                                 args.converge_timeout)
+        log("%d nodes: rerun %.1f s, changed=%s" % (count, result["rerun"]["seconds"], result["rerun"]["changed_total"]))
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        result["error"] = "%s: %s" % (type(exc).__name__, exc)
+        log("%d nodes: %s" % (count, result["error"]))
+    finally:
+        teardown()
+    return result
+
+
+def _lab_rerun(args, logs, time_command):
+    """The full-stack lab rerun (site.yml, lab inventory) under the lab's lock, when the lab is up."""
+    if not args.converge_lab:
+        return {"reason": "not asked (--no-converge-lab)"}
+    up, missing = _lab_running()
+    if not up:
+        return {"reason": "lab not up (%s not running)" % ", ".join(missing)}
+    log("lab: no-op rerun of site.yml (waits for %s)" % LAB_LOCK)
+    argv = _playbook_argv(os.path.join(ROOT, "inventories", "lab", "hosts.yml"), ("playbooks/site.yml",))
+    with open(LAB_LOCK, "a") as lock:
+        # The lab is shared: hold its lock (the one `flock /tmp/kvcache-lab.lock ...` takes) while
+        # the rerun runs; the wait for it is not part of the measured time.
+        deadline = time.monotonic() + args.converge_timeout
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    return {"reason": "%s held by someone else for %.0f s" % (LAB_LOCK, args.converge_timeout)}
+                time.sleep(2)
+        try:
+            up, missing = _lab_running()
+            if not up:
+                return {"reason": "lab not up (%s not running)" % ", ".join(missing)}
+            rerun = _timed(time_command, argv, "lab-site-rerun", os.path.join(logs, "lab-site-rerun.log"),
+                           args.converge_timeout)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return {"rerun": rerun}

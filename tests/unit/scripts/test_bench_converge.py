@@ -1,0 +1,122 @@
+"""Unit tests for the pure helpers of scripts/bench_converge.py (no docker, no ansible runs)."""
+import importlib.util
+import os
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+SPEC = importlib.util.spec_from_file_location("kvcache_offload_bench_converge",
+                                              os.path.join(ROOT, "scripts", "bench_converge.py"))
+conv = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(conv)
+
+PIP = {"find_links": ["/srv/wheels"], "extra_index_urls": ["file:///srv/simple"], "mounts": ["/srv/wheels"]}
+
+
+def test_parse_nodes():
+    assert conv.parse_nodes("32,2,8,8") == [2, 8, 32]
+    assert conv.parse_nodes("2") == [2]
+    for bad in ("", "0,2", "2,%d" % (conv.MAX_NODES + 1)):
+        with pytest.raises(ValueError):
+            conv.parse_nodes(bad)
+
+
+def test_sim_hosts_never_use_lab_names_or_network():
+    hosts = conv.sim_hosts(32)
+    assert len(hosts) == 32
+    assert hosts[0] == {"name": "sim-node01", "container": "kvcache-sim-node01", "address": "172.29.110.11"}
+    assert hosts[-1]["address"] == "172.29.110.42"
+    assert len({h["address"] for h in hosts}) == 32
+    assert all(h["container"].startswith("kvcache-sim-") and "lab" not in h["container"] for h in hosts)
+    assert conv.seed_host()["address"] not in {h["address"] for h in hosts}
+    with pytest.raises(ValueError):
+        conv.sim_hosts(0)
+
+
+def test_inventory_engines_installed_not_started():
+    hosts = conv.sim_hosts(2)
+    variables = conv.node_vars(PIP, "k" * 40, ["/usr/local/share/ca-certificates/site.crt"])
+    inv = conv.make_inventory(hosts, variables)
+    # YAML round trip: what the file holds.
+    inv = yaml.safe_load(yaml.safe_dump(inv))
+    nodes = inv["all"]["children"]["kvcache_nodes"]["hosts"]
+    assert nodes["sim-node02"] == {"ansible_host": "172.29.110.12", "ansible_docker_host": "kvcache-sim-node02"}
+    v = inv["all"]["vars"]
+    assert v["vllm_start_instances"] is False
+    assert v["ansible_connection"] == "community.docker.docker"
+    assert v["kvcache_mount_type"] == "shared_dir" and v["kvcache_tier"] == "fs"
+    assert v["inference_env_profile"] == "cpu"
+    assert v["inference_env_find_links"] == ["/srv/wheels"]
+    assert v["inference_env_extra_index_urls"] == ["file:///srv/simple"]
+    assert [i["name"] for i in v["vllm_instances"]] == ["cpu0"]
+    for group in ("kvcache_router", "kvcache_storage_controllers", "kvcache_s3_store"):
+        assert inv["all"]["children"][group]["hosts"] == {}
+
+
+def test_docker_run_argv_uses_own_network_and_label():
+    host = conv.sim_hosts(1)[0]
+    argv = conv.docker_run_argv(host, "img:1", ["/a:/a:ro"])
+    assert argv[0] == "run"
+    assert argv[argv.index("--network") + 1] == "kvcache-sim"
+    assert argv[argv.index("--ip") + 1] == "172.29.110.11"
+    assert argv[argv.index("--label") + 1] == conv.SIM_LABEL
+    assert "/a:/a:ro" in argv and argv[-2:] == ["img:1", "/lib/systemd/systemd"]
+
+
+PROFILE = """
+PLAY RECAP *********************************************************************
+sim-node01                 : ok=10   changed=0    unreachable=0    failed=0    skipped=3    rescued=0    ignored=0
+
+Sunday 01 March 2026  01:00:00 +0000 (0:00:00.100)       0:00:12.000 *******
+===============================================================================
+kvcache.offload.inference_env : Refresh the apt cache ------------------- 1.50s
+kvcache.offload.preflight : Gather the facts preflight needs ------------ 3.25s
+Restart marked instances in batches ------------------------------------- 0.20s
+"""
+
+
+def test_parse_profile_tasks():
+    rows = conv.parse_profile_tasks(PROFILE, top=2)
+    assert rows == [{"task": "kvcache.offload.preflight : Gather the facts preflight needs", "seconds": 3.25},
+                    {"task": "kvcache.offload.inference_env : Refresh the apt cache", "seconds": 1.5}]
+    assert conv.parse_profile_tasks("no summary here") == []
+
+
+def _res(nodes, seconds, changed=0, rc=0):
+    return {"nodes": nodes, "rerun": {"seconds": seconds, "changed_total": changed, "rc": rc}}
+
+
+def test_targets_met():
+    t = conv.summarize_targets([_res(2, 10.0), _res(8, 15.0), _res(32, 30.0)],
+                               {"rerun": {"seconds": 45.0, "rc": 0, "changed_total": 0}})
+    assert t["changed_zero"] is True
+    assert t["ratio"] == pytest.approx(3.0) and t["ratio_nodes"] == [2, 32] and t["ratio_met"] is True
+    assert t["lab_seconds"] == 45.0 and t["lab_met"] is True and t["lab_changed_zero"] is True
+
+
+def test_targets_not_met_and_not_measured():
+    t = conv.summarize_targets([_res(2, 10.0), _res(32, 41.0, changed=3)], {"reason": "lab not up"})
+    assert t["changed_zero"] is False
+    assert t["ratio"] == pytest.approx(4.1) and t["ratio_met"] is False
+    assert t["lab_met"] is None and t["lab_seconds"] is None
+    # one count only, or a failed run: no ratio, never "met"
+    t = conv.summarize_targets([_res(2, 10.0), _res(32, 20.0, rc=2)])
+    assert t["ratio"] is None and t["ratio_met"] is None and t["changed_zero"] is False
+    assert conv.summarize_targets([])["changed_zero"] is None
+
+
+def test_render_markdown():
+    section = {"playbooks": ["playbooks/nodes.yml"], "forks": 20, "pipelining": True,
+               "results": [dict(_res(2, 10.0), cold={"seconds": 100.0, "rc": 0}),
+                           dict(_res(8, 12.0), cold={"seconds": 150.0, "rc": 0})],
+               "lab": {"reason": "lab not up"}}
+    section["results"][1]["rerun"]["per_host_seconds"] = 1.5
+    section["results"][1]["rerun"]["slowest_tasks"] = [{"task": "x : y", "seconds": 2.0}]
+    section["targets"] = conv.summarize_targets(section["results"], section["lab"])
+    text = "\n".join(conv.render_markdown(section))
+    assert "| 8 | 150.0 | 12.0 | 1.50 | 0 |" in text
+    assert "rerun(8 nodes) / rerun(2 nodes) < 4x: **met** (1.20x)" in text
+    assert "lab rerun < 60 s: **not measured**" in text
+    assert "- 2.00 s x : y" in text
+    assert conv.render_markdown({"skipped": True, "reason": "no docker"})[-2] == "Skipped: no docker."
