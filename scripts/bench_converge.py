@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -204,23 +205,26 @@ def render_markdown(conv):
                  "forks=%s, pipelining=%s." % (SIM_NETWORK, ", ".join("`%s`" % p for p in conv.get("playbooks", [])),
                                                conv.get("forks"), conv.get("pipelining")))
     lines.append("")
-    lines += ["| nodes | cold s | rerun s | rerun s/host | rerun changed | rerun failed | rc |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines += ["| nodes | cold s | rerun s | rerun s/host | rerun controller CPU s/host | rerun changed | rerun failed "
+              "| load after | rc |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in conv.get("results", []):
         cold, rerun = r.get("cold") or {}, r.get("rerun") or {}
-        lines.append("| %d | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["nodes"], sec(cold.get("seconds")), sec(rerun.get("seconds")),
             "-" if rerun.get("per_host_seconds") is None else "%.2f" % rerun["per_host_seconds"],
-            rerun.get("changed_total", "-"), rerun.get("failed_total", "-"),
+            "-" if rerun.get("controller_cpu_seconds_per_host") is None else "%.2f" % rerun["controller_cpu_seconds_per_host"],
+            rerun.get("changed_total", "-"), rerun.get("failed_total", "-"), rerun.get("loadavg_after", "-"),
             "cold %s / rerun %s" % (cold.get("rc", "-"), rerun.get("rc", "-"))))
         if r.get("error"):
-            lines.append("| | error: %s | | | | | |" % str(r["error"]).replace("|", "/")[:200])
+            lines.append("| | error: %s | | | | | | | |" % str(r["error"]).replace("|", "/")[:200])
     lab = conv.get("lab") or {}
     lines.append("")
     if lab.get("rerun"):
         rr = lab["rerun"]
         lines.append("Full-stack lab rerun (`ansible-playbook site.yml`, lab inventory): %.1f s, %d hosts, changed=%s, "
-                     "rc %s." % (rr["seconds"], rr["hosts"], rr.get("changed_total"), rr.get("rc")))
+                     "rc %s, load after %s." % (rr["seconds"], rr["hosts"], rr.get("changed_total"), rr.get("rc"),
+                                                rr.get("loadavg_after", "-")))
     else:
         lines.append("Full-stack lab rerun: not measured (%s)." % lab.get("reason", "not asked"))
     t = conv.get("targets") or {}
@@ -333,7 +337,15 @@ def _ansible_settings():
 
 
 def _timed(time_command, argv, label, log_path, timeout):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = time_command(argv, label=label, timeout=timeout, log_path=log_path)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU of the command's own process tree: ansible-playbook, its forks and the docker
+    # clients they start (the controller's share), not the module runs inside the nodes.
+    result["controller_cpu_seconds"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if result.get("hosts"):
+        result["controller_cpu_seconds_per_host"] = result["controller_cpu_seconds"] / result["hosts"]
+    result["loadavg_after"] = round(os.getloadavg()[0], 1)
     result["slowest_tasks"] = parse_profile_tasks(result.pop("output", None) or _read(log_path))
     result["log"] = os.path.relpath(log_path, ROOT)
     return result

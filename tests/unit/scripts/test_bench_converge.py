@@ -115,7 +115,7 @@ def test_render_markdown():
     section["results"][1]["rerun"]["slowest_tasks"] = [{"task": "x : y", "seconds": 2.0}]
     section["targets"] = conv.summarize_targets(section["results"], section["lab"])
     text = "\n".join(conv.render_markdown(section))
-    assert "| 8 | 150.0 | 12.0 | 1.50 | 0 |" in text
+    assert "| 8 | 150.0 | 12.0 | 1.50 | - | 0 |" in text
     assert "rerun(8 nodes) / rerun(2 nodes) < 4x: **met** (1.20x)" in text
     assert "lab rerun < 60 s: **not measured**" in text
     assert "- 2.00 s x : y" in text
