@@ -17,7 +17,7 @@ bfloat16), so a store on one node and a load on another address the same object.
 
 API used (lmcache 0.5.6, the same calls as its own ``python -m lmcache.v1.basic_check``
 modes): lmcache.integration.vllm.utils.lmcache_get_or_create_config,
-lmcache.v1.check.utils._get_default_metadata / create_test_key / find_remote_backend,
+lmcache.v1.metadata.LMCacheMetadata, lmcache.v1.check.utils.create_test_key / find_remote_backend,
 lmcache.v1.storage_backend.storage_manager.StorageManager,
 RemoteBackend.submit_put_task / contains / get_blocking / put_tasks / local_cpu_backend,
 MemoryObj.tensor / byte_array.
@@ -55,8 +55,9 @@ def main():
         import torch
         import lmcache
         from lmcache.integration.vllm.utils import lmcache_get_or_create_config
-        from lmcache.v1.check.utils import _get_default_metadata, create_test_key, find_remote_backend
+        from lmcache.v1.check.utils import create_test_key, find_remote_backend
         from lmcache.v1.event_manager import EventManager
+        from lmcache.v1.metadata import LMCacheMetadata
         from lmcache.v1.storage_backend.storage_manager import StorageManager
         from lmcache.v1.storage_backend.connector import InstrumentedRemoteConnector
     except Exception as exc:  # noqa
@@ -69,7 +70,12 @@ def main():
         config = lmcache_get_or_create_config()
         out["remote_url"] = config.remote_url
         out["remote_storage_plugins"] = getattr(config, "remote_storage_plugins", None)
-        metadata = _get_default_metadata(args["model"], kv_dtype=torch.bfloat16)
+        # 4 layers x 2 heads x 128 dims: a chunk is 4096 bytes per token, so every object is a
+        # whole number of the 4 KiB pages LMCache allocates in. (LMCache's own test default, 1
+        # layer x 1 dim, gives 1 KiB chunks in 4 KiB buffers, which S3Connector refuses:
+        # "chunk size 4096 bytes does not match S3 part size 1024 bytes".)
+        metadata = LMCacheMetadata(model_name=args["model"], world_size=8, local_world_size=8, worker_id=0,
+                                   local_worker_id=0, kv_dtype=torch.bfloat16, kv_shape=(4, 2, 256, 2, 128))
         manager = StorageManager(config=config, metadata=metadata, event_manager=EventManager())
         backend = find_remote_backend(manager)
         if backend is None or backend.connection is None:
