@@ -441,6 +441,9 @@ def _seed_and_runs(args, conv, image, common, variables, sim_dir, tier_dir, venv
     for count in args.converge_nodes:
         conv["results"].append(_one_count(args, count, image, node_volumes, variables, sim_dir, tier_dir,
                                           logs, time_command))
+        # What is done so far survives an interrupted bench (bench.json is written at the end).
+        with open(os.path.join(sim_dir, "converge-partial.json"), "w") as handle:
+            json.dump(conv, handle, indent=2, sort_keys=True, default=str)
 
 
 def _one_count(args, count, image, volumes, variables, sim_dir, tier_dir, logs, time_command):
