@@ -140,10 +140,16 @@ def _entry_from_stats(path, rel, stats, use_atime, is_dir=False):
     newest_change = 0.0
     newest_access = 0.0
     for st in stats:
-        if not stat.S_ISDIR(st.st_mode):
+        is_directory = stat.S_ISDIR(st.st_mode)
+        if not is_directory:
             size += st.st_size  # file data only: a directory's own size is file-system noise
         change = max(st.st_mtime, st.st_ctime)
         newest_change = max(newest_change, change)
+        if is_directory:
+            # Listing a directory (ls, du, a backup, this pruner's own walk) sets its atime:
+            # that is not a use of the cache entry. Only reads of its files are.
+            last_used = max(last_used, st.st_mtime)
+            continue
         newest_access = max(newest_access, st.st_atime)
         used = max(st.st_atime, st.st_mtime) if use_atime else st.st_mtime
         last_used = max(last_used, used)

@@ -161,7 +161,7 @@ def test_tier_over_its_budget_is_pruned_oldest_first_and_serving_goes_on(
             docker_exec(container, "runuser", "-u", user, "--", "fallocate", "-l", str(piece), entry + "/layer.bin")
             # older names were used longer ago: filler-00 is the least recently used
             stamp = "%d minutes ago" % (600 - age)
-            docker_exec(container, "touch", "-d", stamp, entry + "/layer.bin")
+            docker_exec(container, "touch", "-d", stamp, entry + "/layer.bin", entry)
         sizes, total = _tier_usage(container, path)
         assert total > budget, "the filler did not take the tier over its budget (%d <= %d)" % (total, budget)
         time.sleep(grace + 2)  # creation set ctime to now: the pruner protects entries younger than grace

@@ -193,6 +193,21 @@ def test_directory_unit_removes_whole_entries_and_skips_incomplete_ones(root, tm
     assert summary["incomplete_dirs"] == 1
 
 
+def test_listing_a_directory_entry_is_not_a_use(root, tmp_path):
+    # With atime as the clock, a directory's own atime moves whenever anything lists it
+    # (du, ls, the pruner's walk); only reads of its files make the entry recent.
+    for d, age in (("p-old", 5), ("p-mid", 3), ("p-new", 1)):
+        make(str(root), "%s/layer.safetensors" % d, 50, age * HOUR)
+        os.utime(os.path.join(str(root), d), (NOW - 60, NOW - age * HOUR))  # listed a minute ago
+    make(str(root), "p-read/layer.safetensors", 50, 9 * HOUR, age_atime=2 * HOUR)  # its file was read
+    os.utime(os.path.join(str(root), "p-read"), (NOW - 60, NOW - 9 * HOUR))
+    status, summary, out = run(root, tmp_path, unit="directory", include=["*"], max_bytes=100,
+                               mount_opts="rw,relatime")
+    assert summary["time_source"] == "atime"
+    assert names(out) == ["p-old", "p-mid"]
+    assert sorted(os.listdir(str(root))) == sorted(["p-new", "p-read", kp.LOCK_NAME])
+
+
 def test_a_held_lock_skips_the_run(root, tmp_path):
     import fcntl
     make(str(root), NAME % "x", 100, 5 * HOUR)
