@@ -31,6 +31,7 @@ from faultutil import (ENV_DIR, S3_PROBE_CONFIG, S3_STORE_CONFIG, S3_STORE_UNIT,
                        run_validate, s3_probe_config, s3_vars, stage, wait_healthy, wait_s3)
 from labutil import container_name, docker_exec, group_hosts
 
+
 @pytest.fixture(scope="module")
 def instance_urls(hostvars, node_hosts):
     urls = []
