@@ -100,7 +100,7 @@ lab: venv image ## Bring the lab up and run site.yml on it
 	@ansible-playbook site.yml
 	@ansible-playbook playbooks/lab_info.yml
 
-lab-test: venv image ## The lab from scratch, twice (second run must change nothing), then its tests
+lab-test: venv image ## The lab from scratch, then its tests (incl. a site.yml rerun that must change nothing)
 	@scripts/lab-test.sh
 
 lab-down: venv ## Remove everything the lab made

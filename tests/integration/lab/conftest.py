@@ -54,3 +54,8 @@ def instances(hostvars, node_hosts):
             out.append((host, container_name(hostvars, host), inst, url))
     assert len(out) >= 2, "the lab needs two instances for the cross-instance tests"
     return out
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Run the rolling-upgrade test last: it leaves the lab on another model."""
+    items.sort(key=lambda item: item.module.__name__ == "test_rolling_upgrade")

@@ -12,15 +12,16 @@ from labutil import http
 
 
 class RequestLoop:
-    """Chat completions through `url`, back to back, in `streams` threads."""
+    """Chat completions through `url`, in `streams` threads, `pause` seconds apart per thread."""
 
-    def __init__(self, url, key, model, streams=2, timeout=60, max_tokens=4):
+    def __init__(self, url, key, model, streams=2, timeout=60, max_tokens=4, pause=0.0):
         self.url = url.rstrip("/") + "/v1/chat/completions"
         self.key = key
         self.model = model
         self.streams = streams
         self.timeout = timeout
         self.max_tokens = max_tokens
+        self.pause = pause
         self.records = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -44,6 +45,8 @@ class RequestLoop:
         while not self._stop.is_set():
             self._one(stream, number)
             number += 1
+            if self.pause:
+                self._stop.wait(self.pause)
 
     def start(self):
         for stream in range(self.streams):
