@@ -135,7 +135,8 @@ def test_unknown_vault_key_fails_and_creates_nothing(grid, run_playbook, tmp_pat
     result = run_playbook("storagegrid_s3", role_vars(
         grid, tmp_path, storagegrid_s3_access_key="SGKEYNOTONTHEGRID", storagegrid_s3_secret_key="not-a-real-secret-0000"))
     assert result.returncode != 0
-    assert "SGKEYNOTONTHEGRID was not found" in flat(result.stdout) and "Fix:" in flat(result.stdout)
+    assert "(ending in GRID) was not found" in flat(result.stdout) and "Fix:" in flat(result.stdout)
+    assert "SGKEYNOTONTHEGRID" not in result.stdout + result.stderr  # the key itself is never printed
     assert grid.created_keys == 0
     assert not any("lifecycle" in r["query"] for r in grid.server.requests)
     assert "not-a-real-secret-0000" not in result.stdout + result.stderr
