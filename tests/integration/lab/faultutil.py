@@ -115,6 +115,9 @@ def wait_s3(hostvars, s3_host, keys, want, timeout=60):
             seen = s3_list(hostvars, s3_host, *keys)
         except (botocore.exceptions.BotoCoreError, OSError) as err:  # refused while the store restarts
             seen = repr(err)
+        if want == "denied" and (seen == "ok" or seen.startswith(("EndpointConnectionError", "ConnectionError"))):
+            time.sleep(1)  # still restarting: wait for an S3 answer
+            continue
         if (seen == "ok") == (want == "ok"):
             return seen
         time.sleep(1)

@@ -139,7 +139,7 @@ def test_s3_key_revoked_fails_the_s3_stages_with_403(tmp_path, inventory, hostva
                 "[c.update(accessKey='REVOKED' + secrets.token_hex(8)) for i in d['identities'] for c in i['credentials']];"
                 "json.dump(d, open(p, 'w'))"), S3_STORE_CONFIG)
             docker_exec(container, "systemctl", "restart", S3_STORE_UNIT, timeout=120)
-            revoked = wait_s3(hostvars, s3_host, keys, "refused")
+            revoked = wait_s3(hostvars, s3_host, keys, "denied")
             assert revoked in ("InvalidAccessKeyId", "AccessDenied", "403"), revoked
             rc, report, out = run_validate(str(tmp_path / "revoked"), extra=s3_vars(hostvars, s3_host))
         finally:
