@@ -56,6 +56,15 @@ def instances(hostvars, node_hosts):
     return out
 
 
+@pytest.fixture(scope="session")
+def router_url(inventory, hostvars):
+    """Base URL of the lab's router (its lab address and router_port)."""
+    routers = group_hosts(inventory, "kvcache_router")
+    assert routers, "the lab inventory has no router"
+    host = hostvars[routers[0]]
+    return "http://%s:%d" % (host["ansible_host"], int(host.get("router_port", 8001)))
+
+
 def pytest_collection_modifyitems(session, config, items):
     """Run the rolling-upgrade test last: it leaves the lab on another model."""
     items.sort(key=lambda item: item.module.__name__ == "test_rolling_upgrade")

@@ -13,18 +13,10 @@ import subprocess
 import pytest
 
 from faultutil import ansible_env, wait_healthy
-from labutil import ROOT, docker_exec, group_hosts, http
+from labutil import ROOT, docker_exec, http
 from loadloop import RequestLoop
 
 PLAYBOOK_TIMEOUT = 1500
-
-
-@pytest.fixture(scope="module")
-def router_url(inventory, hostvars):
-    routers = group_hosts(inventory, "kvcache_router")
-    assert routers, "the lab inventory has no router"
-    host = hostvars[routers[0]]
-    return "http://%s:%d" % (host["ansible_host"], int(host.get("router_port", 8001)))
 
 
 def upgrade(*extra):

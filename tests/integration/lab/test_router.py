@@ -3,19 +3,9 @@
 Requests go to the router's lab address; that they reached both instances is read from
 each instance's own request counters, not from the router.
 """
-import pytest
-
-from labutil import group_hosts, http, metric
+from labutil import http, metric
 
 SUCCESS = "vllm:request_success_total"
-
-
-@pytest.fixture(scope="module")
-def router_url(inventory, hostvars):
-    routers = group_hosts(inventory, "kvcache_router")
-    assert routers, "the lab inventory has no router"
-    host = hostvars[routers[0]]
-    return "http://%s:%d" % (host["ansible_host"], int(host.get("router_port", 8001)))
 
 
 def test_router_is_healthy(router_url):
