@@ -31,7 +31,7 @@ echo "    first run took $(( $(date +%s) - start )) s"
 # ansible-runner (after the fault tests, which restore what they break) and fails on any
 # changed task, naming it; a second `make lab` here would repeat that run.
 echo "==> lab: integration tests"
-python -m pytest tests/integration/lab -p no:cacheprovider -q -o testpaths=tests/integration/lab
+python -m pytest tests/integration/lab -p no:cacheprovider -q -o testpaths=tests/integration/lab --durations=0
 
 echo "==> lab: benchmark smoke (build/bench/bench.md)"
 python scripts/bench.py --smoke --no-venv-create > "$logs/bench-smoke.log" 2>&1 \

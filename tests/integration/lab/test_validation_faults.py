@@ -111,9 +111,6 @@ def test_different_hash_seed_fails_stage_4_and_names_the_node(tmp_path, hostvars
     assert stage(report, "lmcache_probe")["status"] == "pass"
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known open failure (issue #7): the control run passes stage 6 through S3, an assertion in the "
-    "revoked part fails on the lab; not yet diagnosed"))
 def test_s3_key_revoked_fails_the_s3_stages_with_403(tmp_path, inventory, hostvars, instance_urls):
     """The node key is revoked in the S3 store: stage 6 and the tier listing fail with s3_auth.
 
