@@ -11,7 +11,10 @@ remote_storage_plugins), builds LMCache's StorageManager, takes its RemoteBacken
   bfloat16 data, puts it (``submit_put_task``), waits for the put and checks ``contains``;
 - load: checks ``contains`` and reads it back with ``get_blocking``;
 
-and prints one JSON line after MARK with the sha256 of the chunk's bytes. The key is
+and prints one JSON line after MARK with the sha256 of the chunk's bytes. It then closes
+the StorageManager for at most ``close_timeout`` seconds (default 10) and exits without
+waiting for LMCache's background threads: LMCache 0.5.6's S3Connector.close() never
+returns, and waiting for it made every S3 probe last until its timeout. The key is
 ``create_test_key(model, "kvcache.offload-probe-<probe_id>")`` (world size 8, worker 0,
 bfloat16), so a store on one node and a load on another address the same object.
 
@@ -121,15 +124,33 @@ def main():
         out["elapsed"] = time.monotonic() - started
         emit(out)
         if manager is not None:
-            try:
-                manager.close()
-            except Exception:  # noqa
-                pass
+            close_bounded(manager, args.get("close_timeout", 10))
     return 0
 
 
+def close_bounded(manager, timeout):
+    """StorageManager.close(), waited for at most timeout seconds (LMCache 0.5.6's
+    S3Connector.close() never returns)."""
+    import threading
+
+    def close():
+        try:
+            manager.close()
+        except Exception:  # noqa
+            pass
+
+    worker = threading.Thread(target=close, daemon=True)
+    worker.start()
+    worker.join(timeout)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The result is printed; do not wait for LMCache's non-daemon threads (an S3 connector's
+    # event loop) at interpreter exit, which can last until the module's timeout kills us.
+    os._exit(code)
 '''
 
 

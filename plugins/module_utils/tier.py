@@ -342,7 +342,8 @@ def classify_s3_error(exc):
                 kind = "addressing"
             else:
                 kind = "s3"
-            return TierError(kind, "%s: %s" % (code, message), code=code, http_status=status)
+            return TierError(kind, "%s%s: %s" % (code, " (HTTP %s)" % status if status else "", message),
+                             code=code, http_status=status)
         if isinstance(exc, (boto_exceptions.ConnectTimeoutError, boto_exceptions.ReadTimeoutError)):
             return TierError("timeout", str(exc))
         if isinstance(exc, boto_exceptions.SSLError):

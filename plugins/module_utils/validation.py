@@ -17,6 +17,7 @@ import base64
 import datetime
 import json
 import os
+import re
 import shlex
 
 from ansible_collections.kvcache.offload.plugins.module_utils.envfile import parse_env_text
@@ -578,8 +579,29 @@ _ERROR_PATTERNS = (
 )
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _evidence(text, needles):
+    """The text's first line, and the first later line (a log line) that names the cause."""
+    lines = [line.strip() for line in _ANSI.sub("", text or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = lines[0][:300]
+    if any(n in first.lower() for n in needles):
+        return first
+    for line in lines[1:]:
+        if any(n in line.lower() for n in needles):
+            return "%s; logged: %s" % (first, line[:300])
+    return first
+
+
 def causes_from_text(causes, text, host=None, tier_context=True):
-    """Map an error message of the tier or the LMCache probe to causes. Returns the ids found."""
+    """Map an error message of the tier or the LMCache probe to causes. Returns the ids found.
+
+    The cause's message is the error's first line, plus the log line that shows the cause when
+    only the log (an LMCache stderr tail) does; terminal colour codes are removed.
+    """
     low = (text or "").lower()
     found = []
     for cause_id, needles in _ERROR_PATTERNS:
@@ -587,7 +609,7 @@ def causes_from_text(causes, text, host=None, tier_context=True):
             continue
         if any(n in low for n in needles):
             found.append(cause_id)
-            causes.add(cause_id, "%s%s" % ("%s: " % host if host else "", (text or "").strip()[:300]),
+            causes.add(cause_id, "%s%s" % ("%s: " % host if host else "", _evidence(text, needles)),
                        hosts=[host] if host else None)
     return found
 
@@ -968,7 +990,7 @@ def _probe_causes(causes, result, host):
     if _timed_out(result) or result.get("stage") == "timeout":
         causes.add("tier_unreachable", "LMCache probe on %s timed out" % host, hosts=[host])
         return
-    text = " ".join(str(result.get(k) or "") for k in ("error", "msg", "stderr_tail"))
+    text = "%s\n%s" % (" ".join(str(result.get(k) or "") for k in ("error", "msg")), result.get("stderr_tail") or "")
     if str(result.get("remote_url") or "").startswith("fs:///"):
         causes.add("fs_url_no_host", "LMCache remote_url on %s is %s" % (host, result.get("remote_url")), hosts=[host])
     if result.get("stage") == "connect":

@@ -269,6 +269,24 @@ def test_s3_403_on_listing():
     assert "s3_auth" in stage(report, "lmcache_probe")["causes"]
 
 
+def test_probe_cause_message_is_the_error_and_the_log_line_without_colour_codes():
+    inputs = good_inputs()
+    inputs["expected"]["tier"] = "s3"
+    inputs["stages"]["lmcache_probe"]["store"]["result"] = {
+        "ok": False, "stage": "store", "error": "the chunk is not in the remote tier after the put",
+        "msg": "LMCache storage probe store failed at store: the chunk is not in the remote tier after the put",
+        "stderr_tail": "\x1b[32;20m[2026-11-30 05:58:17] LMCache INFO:\x1b[0m Discovered adapter: RedisConnectorAdapter\n"
+                       "\x1b[31;20m[2026-11-30 05:58:18] LMCache ERROR:\x1b[0m put failed: An error occurred "
+                       "(InvalidAccessKeyId) when calling the PutObject operation\n"
+                       "\x1b[32;20m[2026-11-30 05:58:19] LMCache INFO:\x1b[0m closing"}
+    report = build(inputs)
+    message = [c for c in report["causes"] if c["id"] == "s3_auth"][0]["message"]
+    assert "\x1b" not in message
+    assert "the chunk is not in the remote tier after the put" in message
+    assert "InvalidAccessKeyId" in message and "PutObject" in message
+    assert "RedisConnectorAdapter" not in message and "closing" not in message
+
+
 def test_s3_dns_addressing_from_probe_and_config():
     inputs = good_inputs()
     inputs["expected"].update(tier="s3", s3_bucket="kvcache")

@@ -113,6 +113,16 @@ def test_hang_is_killed_at_timeout(run_module, node):
     assert time.monotonic() - started < 15
 
 
+def test_a_close_that_never_returns_does_not_hold_the_result(run_module, node):
+    """LMCache 0.5.6's S3Connector.close() hangs: the probe reports after a bounded wait."""
+    started = time.monotonic()
+    result, failed = run_module(lmcache_storage_probe, node[0]("store", mode="close_hangs", timeout=60))
+    assert not failed, result
+    assert result["ok"] is True and result["exists"] is True
+    assert [c["call"] for c in node[1]()][-1] == "close"
+    assert time.monotonic() - started < 40  # close waited for 10 s at most, never the 60 s timeout
+
+
 def test_lmcache_missing_in_venv(run_module, node):
     args = node[0]("store")
     args["environment"] = {"PYTHONPATH": ""}

@@ -96,7 +96,7 @@ def test_s3_access_denied(run_module, monkeypatch):
     result, failed = run_module(tier_inventory, {"backend": "s3", "bucket": "kvcache", "endpoint_url": "http://127.0.0.1:9",
                                                  "access_key": "a", "secret_key": "b"})
     assert failed
-    assert result["error"] == {"kind": "auth", "message": "AccessDenied: Access Denied", "code": "AccessDenied", "http_status": 403}
+    assert result["error"] == {"kind": "auth", "message": "AccessDenied (HTTP 403): Access Denied", "code": "AccessDenied", "http_status": 403}
     assert "auth" in result["msg"]
 
 
