@@ -75,15 +75,8 @@ unit: venv
 	@echo "==> unit tests"
 	@python -m pytest tests/unit -q --cov=plugins --cov-report=term-missing:skip-covered --cov-report=xml:$(BUILD)/coverage.xml
 
-molecule: venv image ## Molecule scenarios (converge, idempotence, verify); MOLECULE_SCENARIOS picks some
-	@for scenario in $(MOLECULE_SCENARIOS); do \
-	  start=$$(date +%s); echo "==> molecule: $$scenario"; \
-	  molecule test -s $$scenario > $(BUILD)/molecule-$$scenario.log 2>&1 \
-	    || { grep -E -B3 -A40 '^(fatal|failed):|^FAILED!' $(BUILD)/molecule-$$scenario.log | tail -n 150; \
-	         tail -n 25 $(BUILD)/molecule-$$scenario.log; \
-	         echo "molecule: $$scenario failed (log: build/molecule-$$scenario.log)"; exit 1; }; \
-	  echo "    $$scenario passed in $$(( $$(date +%s) - start )) s"; \
-	done
+molecule: venv image ## Molecule scenarios (converge, idempotence, verify); MOLECULE_SCENARIOS picks some, MOLECULE_JOBS runs them in parallel (default 2)
+	@scripts/molecule-run.sh $(MOLECULE_SCENARIOS)
 
 integration: venv ## ONTAP / StorageGRID roles against recording test doubles of their APIs
 	@echo "==> integration tests (management API test doubles)"

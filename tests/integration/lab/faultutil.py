@@ -91,6 +91,7 @@ def s3_vars(hostvars, s3_host):
             # the controller is not in the lab's /etc/hosts: list the bucket by address
             "-e", "validation_s3_endpoint=http://%s:8333" % hostvars[s3_host]["ansible_host"],
             # the engines write to the fs tier; the run is about the S3 path (listing + stage 6)
+            "-e", '{"validation_stages": ["instances", "tier_write", "lmcache_probe"]}',
             "-e", '{"validation_required_stages": ["lmcache_probe"]}']
 
 

@@ -46,7 +46,8 @@ def test_kill_9_of_an_instance_under_load(instances, all_healthy, router_url, ap
     unit = "kvcache-vllm@%s.service" % inst["name"]
     before = unit_state(container, unit)
     assert before["ActiveState"] == "active" and int(before["MainPID"]) > 0, before
-    loop = RequestLoop(router_url, api_key, model, streams=2).start()
+    # two streams with a pause: concurrent requests, and CPU left for the restart (2 cores here)
+    loop = RequestLoop(router_url, api_key, model, streams=2, pause=0.5).start()
     try:
         assert loop.wait_ok(4, timeout=120), loop.summary()
         t_kill = time.monotonic()
