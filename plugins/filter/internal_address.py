@@ -12,14 +12,14 @@ name: internal_address
 short_description: The address a host's internal ports (engine API, metrics, router admin) bind to
 version_added: 0.1.0
 description:
-  - Returns the input when it is an IPv4 or IPv6 address literal: normally the host's
+  - Returns the input when it is an IPv4 or IPv6 address literal, normally the host's
     C(ansible_host), the address the rest of the fleet (router backends, Prometheus targets)
     already uses to reach the host.
   - Otherwise (an inventory name or a DNS name) returns the address of the host's default-route
     interface from the gathered facts (C(default_ipv4), then C(default_ipv6)).
   - Returns an empty string when neither is known, so the role's input check can fail with a
     message that names the host and the variable to set. It never falls back to every interface
-    (C(0.0.0.0)): listening everywhere is something an operator asks for explicitly.
+    (C(0.0.0.0)), since listening everywhere is something an operator asks for explicitly.
 positional: facts
 options:
   _input:
