@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvcache.offload developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""internal_address: the address a host's internal services listen on."""
+"""internal_address: the address a host's internal services listen on; url_host: how to reach it."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -20,6 +20,9 @@ description:
   - Returns an empty string when neither is known, so the role's input check can fail with a
     message that names the host and the variable to set. It never falls back to every interface
     (C(0.0.0.0)), since listening everywhere is something an operator asks for explicitly.
+  - The same file has C(kvcache.offload.url_host), the host part of a URL to a service bound to
+    an address, asked from the same host. It gives C(127.0.0.1) for a wildcard or empty address and
+    brackets an IPv6 address.
 positional: facts
 options:
   _input:
@@ -58,6 +61,19 @@ def is_ip_address(value):
     return True
 
 
+def url_host(value):
+    """The host part of a URL to a service bound to value, asked from the same host.
+
+    A wildcard or empty bind address is reached on the loopback; an IPv6 address gets brackets.
+    """
+    value = "" if value is None else str(value).strip()
+    if value in ("", "0.0.0.0", "::"):
+        return "127.0.0.1"
+    if ":" in value and not value.startswith("["):
+        return "[%s]" % value
+    return value
+
+
 def internal_address(value, facts=None):
     """The IP literal in value, else the default-route address from facts, else ''."""
     value = "" if value is None else str(value).strip()
@@ -75,4 +91,4 @@ class FilterModule(object):
     """kvcache.offload address filters."""
 
     def filters(self):
-        return {"internal_address": internal_address}
+        return {"internal_address": internal_address, "url_host": url_host}

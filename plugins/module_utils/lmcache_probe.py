@@ -12,7 +12,7 @@ remote_storage_plugins), builds LMCache's StorageManager, takes its RemoteBacken
 - load: checks ``contains`` and reads it back with ``get_blocking``;
 
 and prints one JSON line after MARK with the sha256 of the chunk's bytes. It then closes
-the StorageManager for at most ``close_timeout`` seconds (default 10) and exits without
+the StorageManager for at most CLOSE_TIMEOUT (10) seconds and exits without
 waiting for LMCache's background threads: LMCache 0.5.6's S3Connector.close() never
 returns, and waiting for it made every S3 probe last until its timeout. The key is
 ``create_test_key(model, "kvcache.offload-probe-<probe_id>")`` (world size 8, worker 0,
@@ -39,6 +39,7 @@ import sys
 import time
 
 MARK = "KVCACHE_OFFLOAD_PROBE_RESULT "
+CLOSE_TIMEOUT = 10
 
 
 def emit(data):
@@ -124,7 +125,7 @@ def main():
         out["elapsed"] = time.monotonic() - started
         emit(out)
         if manager is not None:
-            close_bounded(manager, args.get("close_timeout", 10))
+            close_bounded(manager, CLOSE_TIMEOUT)
     return 0
 
 

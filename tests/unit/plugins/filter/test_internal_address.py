@@ -1,7 +1,7 @@
 """Unit tests for the internal_address filter (kvcache.offload)."""
 import pytest
 
-from ansible_collections.kvcache.offload.plugins.filter.internal_address import FilterModule, internal_address
+from ansible_collections.kvcache.offload.plugins.filter.internal_address import FilterModule, internal_address, url_host
 
 FACTS = {"default_ipv4": {"address": "10.1.2.3", "interface": "ens1f0"},
          "default_ipv6": {"address": "fd00::3", "interface": "ens1f0"}}
@@ -29,5 +29,12 @@ def test_nothing_known_gives_empty_never_every_interface(facts):
     assert got not in ("0.0.0.0", "::")
 
 
-def test_the_filter_is_registered():
-    assert FilterModule().filters()["internal_address"] is internal_address
+@pytest.mark.parametrize("bind, host", [("10.0.0.11", "10.0.0.11"), ("0.0.0.0", "127.0.0.1"), ("::", "127.0.0.1"),
+                                        ("", "127.0.0.1"), (None, "127.0.0.1"), ("fd00::11", "[fd00::11]"),
+                                        ("[fd00::11]", "[fd00::11]"), (" 10.0.0.11\n", "10.0.0.11")])
+def test_url_host_reaches_a_bind_address_from_the_same_host(bind, host):
+    assert url_host(bind) == host
+
+
+def test_the_filters_are_registered():
+    assert FilterModule().filters() == {"internal_address": internal_address, "url_host": url_host}
