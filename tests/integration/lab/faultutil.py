@@ -17,7 +17,6 @@ import botocore.exceptions
 
 from labutil import ROOT
 
-TIER_DIR = os.path.join(ROOT, "build", "lab", "kvcache-tier")
 ENV_DIR = "/etc/kvcache/vllm"
 VALIDATE_TIMEOUT = 900
 HEALTH_TIMEOUT = 420

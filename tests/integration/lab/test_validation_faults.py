@@ -5,10 +5,10 @@ that the report fails the right stage with the right cause, and restores the lab
 `finally` (also when the run or an assertion fails), waiting until every instance answers
 /health again. Every step is bounded in time.
 
-- shared tier unwritable for the engines' service user: the host directory behind the
-  nodes' /mnt/kvcache gets mode 0550 (the lab's ExampleConnector then crashes the engines
+- shared tier unwritable for the engines' service user: the volume behind the nodes'
+  /mnt/kvcache gets mode 0550 (the lab's ExampleConnector then crashes the engines
   on their first save, so stage 1 fails too; systemd restarts them after the restore) (a container cannot remount its volume read-only
-  without privileges; chmod on the host makes it unwritable for the service user, which is
+  without privileges; chmod makes it unwritable for the service user, which is
   what a read-only export or a wrong export owner does to vLLM and LMCache);
 - one instance with a different PYTHONHASHSEED: its env file is edited on the node, the
   unit restarted, and the file restored byte for byte (cp -p) afterwards;
@@ -22,12 +22,10 @@ that the report fails the right stage with the right cause, and restores the lab
 The lab's ExampleConnector crashes the loading instance for prompts longer than one
 prefill chunk, so the runs use validation_prefix_tokens=640 (see docs/roles/validation.md).
 """
-import os
-import stat
 
 import pytest
 
-from faultutil import (ENV_DIR, S3_PROBE_CONFIG, S3_STORE_CONFIG, S3_STORE_UNIT, TIER_DIR, cause, lab_s3_keys,
+from faultutil import (ENV_DIR, S3_PROBE_CONFIG, S3_STORE_CONFIG, S3_STORE_UNIT, cause, lab_s3_keys,
                        run_validate, s3_probe_config, s3_vars, stage, wait_healthy, wait_s3)
 from labutil import container_name, docker_exec, group_hosts
 
@@ -48,18 +46,21 @@ def tier_kind(hostvars, node_hosts):
     return hostvars[node_hosts[0]].get("kvcache_tier", "fs")
 
 
-def test_unwritable_tier_fails_stage_2_with_the_cause(tmp_path, instance_urls, tier_kind):
+def test_unwritable_tier_fails_stage_2_with_the_cause(tmp_path, hostvars, node_hosts, instance_urls, tier_kind):
     if tier_kind != "fs":
         pytest.skip("the lab's tier is not fs")
-    original = stat.S_IMODE(os.stat(TIER_DIR).st_mode)
+    # The tier is one volume in both nodes: a mode change on one node is seen by both.
+    container = container_name(hostvars, node_hosts[0])
+    path = hostvars[node_hosts[0]].get("kvcache_fs_path", "/mnt/kvcache")
+    original = docker_exec(container, "stat", "-c", "%a", path).stdout.strip()
     try:
-        os.chmod(TIER_DIR, 0o550)
+        docker_exec(container, "chmod", "0550", path)
         rc, report, out = run_validate(str(tmp_path))
     finally:
-        os.chmod(TIER_DIR, original)
+        docker_exec(container, "chmod", original, path, check=False)
         restored = wait_healthy(instance_urls)
     assert restored, "an instance did not come back after the fault run"
-    assert stat.S_IMODE(os.stat(TIER_DIR).st_mode) == original
+    assert docker_exec(container, "stat", "-c", "%a", path).stdout.strip() == original
     assert report is not None, out
     assert rc != 0, "the play must fail when a required stage fails"
     # With LMCache a failed write costs hits (stage 2 fails); the lab's ExampleConnector
