@@ -117,6 +117,10 @@ CAUSES = {
     "tier_not_writable": ("error", ("instances", "tier_write", "local_hit", "cross_instance", "lmcache_probe"),
                           "The engines' service user cannot write into the shared tier: fix the ownership/mode of "
                           "the volume's root (or the export's anon/root squash), e.g. chown kvcache:kvcache, mode 0770."),
+    "tier_full": ("error", ("instances", "tier_write", "local_hit", "cross_instance", "lmcache_probe"),
+                  "The shared tier has no room for new KV: check that the pruner runs (systemctl status "
+                  "kvcache-prune.timer on the pruning node; kvcache_prune_min_free_percent / kvcache_prune_max_bytes), "
+                  "then grow the volume (ONTAP autosize) or size the cache smaller (kvcache_remote_tier_size_gb)."),
     "tier_unreachable": ("error", ("tier_write", "cross_instance", "lmcache_probe"),
                          "The shared tier did not answer in time or refused the connection: check the endpoint, "
                          "network path and the storage system's health."),
@@ -569,6 +573,7 @@ def detect_config_causes(causes, instance_configs, lmcache_by_node, fs_by_node, 
 
 
 _ERROR_PATTERNS = (
+    ("tier_full", ("no space left on device", "enospc", "disk quota exceeded", "edquot")),
     ("tier_read_only", ("read-only file system", "erofs")),
     ("tier_not_writable", ("permission denied", "eacces", "operation not permitted")),
     ("s3_auth", ("403", "accessdenied", "invalidaccesskeyid", "signaturedoesnotmatch", "forbidden")),
@@ -640,7 +645,22 @@ def causes_from_tier_result(causes, result, host=None):
     if fs.get("read_only"):
         causes.add("tier_read_only", "%s is read-only on %s" % (fs.get("path"), host), hosts=[host])
         found.append("tier_read_only")
+    if volume_full(fs.get("total_bytes"), fs.get("free_bytes")):
+        causes.add("tier_full", "%s on %s has %d bytes free of %d" % (
+            fs.get("path"), host, fs["free_bytes"], fs["total_bytes"]), hosts=[host])
+        found.append("tier_full")
     return found
+
+
+FULL_FRACTION = 0.01
+FULL_BYTES_CAP = 1 << 30
+
+
+def volume_full(total_bytes, free_bytes):
+    """True when a volume has no room left for KV: under 1 % free, or under 1 GiB on a big volume."""
+    if not isinstance(total_bytes, int) or not isinstance(free_bytes, int) or total_bytes <= 0:
+        return False
+    return free_bytes < min(total_bytes * FULL_FRACTION, FULL_BYTES_CAP)
 
 
 def causes_from_probe(causes, result, who):

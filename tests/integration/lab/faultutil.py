@@ -83,6 +83,19 @@ def s3_probe_config(state):
         cwd=ROOT, env=ansible_env(), check=True, capture_output=True, text=True, timeout=300)
 
 
+STORE_PROBE_PLAYBOOK = os.path.join(ROOT, "tests", "integration", "lab", "playbooks", "lmcache_store_probe.yml")
+
+
+def lmcache_store_probe(host, probe_id, result_file, timeout=120):
+    """One store through LMCache's connector on host (stage 6's module); returns its result dict."""
+    subprocess.run(
+        ["ansible-playbook", STORE_PROBE_PLAYBOOK, "-e", json.dumps(
+            {"probe_host": host, "probe_id": probe_id, "probe_result_file": result_file, "probe_timeout": timeout})],
+        cwd=ROOT, env=ansible_env(), check=True, capture_output=True, text=True, timeout=timeout + 240)
+    with open(result_file, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
 def s3_vars(hostvars, s3_host):
     """Extra vars that point validate.yml's tier listing and stage 6 at the lab bucket."""
     return ["-e", "validation_tier=s3",

@@ -5,6 +5,8 @@
 - the S3 store down: serving goes on (the lab's engines use the fs tier; an S3-tier
   engine recomputes, LMCache disables S3 after 3 connection failures), and validate.yml,
   pointed at the S3 path, reports the tier unreachable in the S3 stages.
+- the shared tier volume full (ENOSPC): serving from the tier goes on, LMCache's store fails
+  softly, the pruner frees space, and new prompts are saved again.
 
 Every step is bounded; the lab is restored in `finally` blocks.
 """
@@ -13,8 +15,8 @@ import time
 
 import pytest
 
-from faultutil import (cause, lab_s3_keys, run_validate, s3_probe_config, s3_vars, set_s3_store, stage,
-                       wait_healthy, wait_s3)
+from faultutil import (cause, lab_s3_keys, lmcache_store_probe, run_validate, s3_probe_config, s3_vars,
+                       set_s3_store, stage, wait_healthy, wait_s3)
 from labutil import container_name, docker_exec, group_hosts, http, metric
 from loadloop import RequestLoop
 
@@ -113,6 +115,33 @@ def test_s3_store_down_serving_goes_on_and_validation_names_the_tier(
 
 
 FILLER_PREFIX = "fault-filler-"
+PIECE = 128 * 1024 * 1024
+
+# Fills the tier as the service user: 128 MiB entries until the volume refuses one, then the
+# rest byte by byte into the last. Older names were used longer ago (atime and mtime set
+# back): fault-filler-00 is the least recently used. Prints the names it made.
+FILL_SCRIPT = r"""
+set -u
+path=$1 user=$2 prefix=$3 piece=$4
+i=0
+while :; do
+  name=$(printf '%s%02d' "$prefix" "$i")
+  runuser -u "$user" -- mkdir -p "$path/$name" || exit 3
+  if ! runuser -u "$user" -- fallocate -l "$piece" "$path/$name/layer.bin" 2>/dev/null; then
+    runuser -u "$user" -- dd if=/dev/zero of="$path/$name/layer.bin" bs=64k 2>/dev/null
+    echo "$name"
+    break
+  fi
+  echo "$name"
+  i=$((i + 1))
+  [ "$i" -lt 64 ] || exit 4
+done
+age=0
+for name in $(ls -d "$path/$prefix"* | sort); do
+  touch -d "$((600 - age)) minutes ago" "$name/layer.bin" "$name"
+  age=$((age + 1))
+done
+"""
 
 
 def _tier_usage(container, path):
@@ -123,27 +152,54 @@ def _tier_usage(container, path):
     return sizes, sum(sizes.values())
 
 
-def test_tier_over_its_budget_is_pruned_oldest_first_and_serving_goes_on(
-        hostvars, node_hosts, all_healthy, router_url, api_key, model):
-    """The shared tier grows past kvcache_prune_max_bytes: the pruner's own systemd service
-    brings it back under, least recently used first, leaves young entries alone, logs what
-    it removed, and the instances keep serving.
+def _volume(container, path):
+    """(size, available) bytes of the file system at path, as df (statvfs) reports them."""
+    out = docker_exec(container, "df", "-B1", "--output=size,avail", path).stdout.split()
+    return int(out[-2]), int(out[-1])
 
-    The lab's tier is a directory on the controller's disk, so "full" is the size watermark
-    (max_bytes), the one the pruner enforces on any file system; the free-space watermark
-    (min_free_percent) is the same code path with statvfs and is unit-tested.
+
+def _chat(url, api_key, model, content, timeout=180):
+    return http(url + "/v1/chat/completions",
+                {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 2},
+                key=api_key, timeout=timeout)
+
+
+def _prompt(tag):
+    words = " ".join("%s-%d" % (tag, i) for i in range(120))
+    return "Shared-tier fault test %s. Repeat nothing, answer in one word. %s" % (tag, words)
+
+
+def test_full_tier_volume_stores_fail_soft_the_pruner_frees_space_and_serving_goes_on(
+        tmp_path, hostvars, node_hosts, instances, all_healthy, router_url, api_key, model):
+    """The shared tier volume (the lab's 1 GiB tmpfs) fills up for real, to ENOSPC:
+
+    - a prompt saved before is still served from the tier by the other instance and through
+      the router, and every instance stays healthy;
+    - a store through LMCache's own fs connector (the module stage 6 of validate.yml runs)
+      fails softly: it returns in bounded time with "No space left on device", which the
+      validation maps to cause tier_full;
+    - the pruner's systemd service frees space, least recently used first, down to the
+      free-space watermark; it keeps an entry younger than its grace period even when that
+      entry looks least recently used, and logs what it removed;
+    - afterwards a new prompt is saved into the tier again, and served.
+
+    While the volume is full no new prompt goes to the engines: the lab's KV connector (vLLM's
+    ExampleConnector, a debug connector) raises on a failed save and the engine dies, where
+    LMCache's connector logs the failed put and serves on (docs/validation-report.md, tier_full).
     """
     host = node_hosts[0]
     container = container_name(hostvars, host)
     config = json.loads(docker_exec(container, "cat", "/etc/kvcache/prune.json").stdout)
-    path, budget, grace = config["path"], int(config["max_bytes"]), int(config["grace_seconds"])
-    assert budget > 0 and config["unit"] == "directory", config
+    path, grace = config["path"], int(config["grace_seconds"])
+    min_free, max_bytes = float(config["min_free_percent"]), int(config["max_bytes"])
+    assert min_free > 0 and config["unit"] == "directory", config
     assert grace <= 120, "the lab's pruning grace period is %d s: too long for this test" % grace
     user = hostvars[host].get("kvcache_service_user", "kvcache")
-    piece = 128 * 1024 * 1024
-    old_count = (budget // piece) + 3          # more than the budget on their own
-    names = ["%s%02d" % (FILLER_PREFIX, i) for i in range(old_count)]
+    size, _avail = _volume(container, path)
+    assert size <= 4 * 1024 ** 3, "the lab's tier volume is %d bytes: the test fills it, keep it small" % size
+    reader = [i for i in instances if i[0] != host][0]
     young = FILLER_PREFIX + "young"
+    tag = "%d" % time.time()
     summary_file = config.get("summary_file") or "/var/log/kvcache-prune/summary.jsonl"
     # The timer (every 15 min) must not run the pruner in the middle of the test: this test
     # starts the service itself, and counts its summary lines.
@@ -152,43 +208,82 @@ def test_tier_over_its_budget_is_pruned_oldest_first_and_serving_goes_on(
                 " sleep 1; done; exit 1", timeout=90)
     lines_before = len(docker_exec(container, "cat", summary_file, check=False).stdout.splitlines())
     try:
-        for age, name in enumerate(names):
-            entry = "%s/%s" % (path, name)
-            docker_exec(container, "runuser", "-u", user, "--", "mkdir", "-p", entry)
-            docker_exec(container, "runuser", "-u", user, "--", "fallocate", "-l", str(piece), entry + "/layer.bin")
-            # older names were used longer ago: filler-00 is the least recently used
-            stamp = "%d minutes ago" % (600 - age)
-            docker_exec(container, "touch", "-d", stamp, entry + "/layer.bin", entry)
-        total = _tier_usage(container, path)[1]
-        assert total > budget, "the filler did not take the tier over its budget (%d <= %d)" % (total, budget)
-        time.sleep(grace + 2)  # creation set ctime to now: the pruner protects entries younger than grace
+        # A prompt saved into the tier before it fills up (by the first node's instance).
+        entries_before = set(_tier_usage(container, path)[0])
+        status, text = _chat(instances[0][3], api_key, model, _prompt("saved-" + tag))
+        assert status == 200, text[:300]
+        saved = set(_tier_usage(container, path)[0]) - entries_before
+        assert saved, "the instance did not save the prompt into the tier"
+
+        fill = docker_exec(container, "bash", "-c", FILL_SCRIPT, "fill", path, user, FILLER_PREFIX, str(PIECE),
+                           timeout=300)
+        names = fill.stdout.split()
+        size, avail = _volume(container, path)
+        write = docker_exec(container, "runuser", "-u", user, "--", "dd", "if=/dev/zero", "of=%s/.fault-write" % path,
+                            "bs=1M", "count=8", check=False)
+        docker_exec(container, "rm", "-f", "%s/.fault-write" % path)
+        filled_at = time.monotonic()
+
+        # Serving goes on: the saved prompt is loaded from the full tier on the other node
+        # and through the router.
+        full_reads = [_chat(reader[3], api_key, model, _prompt("saved-" + tag)),
+                      _chat(router_url, api_key, model, _prompt("saved-" + tag))]
+        # LMCache's own store on the full volume (and its ENOSPC) as the service user.
+        started = time.monotonic()
+        probe = lmcache_store_probe(host, "fault-full-" + tag, str(tmp_path / "probe.json"))
+        probe_seconds = time.monotonic() - started
+        healthy_while_full = wait_healthy(all_healthy + [router_url], timeout=30)
+
+        time.sleep(max(0, grace + 2 - (time.monotonic() - filled_at)))  # fillers' ctime is older than grace now
+        # Least recently used by its times, but changed just now (touch sets ctime): protected.
         docker_exec(container, "runuser", "-u", user, "--", "mkdir", "-p", "%s/%s" % (path, young))
-        docker_exec(container, "runuser", "-u", user, "--", "fallocate", "-l", str(piece // 4),
-                    "%s/%s/layer.bin" % (path, young))
+        docker_exec(container, "runuser", "-u", user, "--", "touch", "%s/%s/layer.bin" % (path, young))
+        docker_exec(container, "touch", "-d", "1 year ago", "%s/%s/layer.bin" % (path, young), "%s/%s" % (path, young))
         run = docker_exec(container, "systemctl", "start", "kvcache-prune.service", timeout=300, check=False)
         state = docker_exec(container, "systemctl", "show", "-p", "Result", "-p", "ExecMainStatus",
                             "kvcache-prune.service").stdout
         after, total_after = _tier_usage(container, path)
+        size_after, avail_after = _volume(container, path)
         summary = docker_exec(container, "cat", summary_file, check=False).stdout.splitlines()
-        status, text = http(
-            router_url + "/v1/chat/completions",
-            {"model": model, "messages": [{"role": "user", "content": "still there?"}], "max_tokens": 2},
-            key=api_key, timeout=120)
+        # Saving works again: a new prompt through the router lands in the tier.
+        entries_mid = set(after)
+        new_status, new_text = _chat(router_url, api_key, model, _prompt("after-" + tag))
+        saved_after = set(_tier_usage(container, path)[0]) - entries_mid
     finally:
-        docker_exec(container, "bash", "-c", "rm -rf -- %s/%s*" % (path, FILLER_PREFIX), check=False)
+        docker_exec(container, "bash", "-c", "rm -rf -- %s/%s* %s/.fault-write" % (path, FILLER_PREFIX, path),
+                    check=False)
         docker_exec(container, "systemctl", "start", "kvcache-prune.timer", check=False)
     assert docker_exec(container, "systemctl", "is-active", "kvcache-prune.timer", check=False).stdout.strip() == "active"
+
+    # The volume was full for real.
+    assert len(names) >= 2, fill.stdout
+    assert avail < size * 0.01, "the fill left %d of %d bytes free" % (avail, size)
+    assert write.returncode != 0 and "No space left on device" in write.stderr, (write.returncode, write.stderr)
+    # Serving went on from the full tier.
+    for status, text in full_reads:
+        assert status == 200, text[:300]
+    assert healthy_while_full, "an instance or the router stopped answering while the tier was full"
+    # LMCache's store failed softly, in bounded time, naming the full volume.
+    assert probe.get("failed") and not probe.get("ok"), probe
+    probe_text = "%s %s" % (probe.get("error"), probe.get("stderr_tail"))
+    assert "No space left on device" in probe_text, probe
+    assert probe.get("stage") in ("store", "storage"), probe
+    assert probe_seconds < 120 + 60, "the store probe took %.0f s on the full tier" % probe_seconds
+    # The pruner freed space down to its watermarks, least recently used first.
     assert run.returncode == 0 and "ExecMainStatus=0" in state, (run.stderr, state)
-    assert total_after <= budget, "the tier holds %d bytes after the pruner, budget %d" % (total_after, budget)
+    assert avail_after >= size_after * min_free / 100.0, (avail_after, size_after, min_free)
+    assert not max_bytes or total_after <= max_bytes, (total_after, max_bytes)
     removed = [n for n in names if n not in after]
     kept = [n for n in names if n in after]
     assert removed, "the pruner removed no filler"
-    # least recently used first: every removed filler is older than every kept one
     assert not kept or max(names.index(n) for n in removed) < min(names.index(n) for n in kept), (removed, kept)
     assert young in after, "the pruner removed an entry younger than its grace period"
+    assert saved <= set(after), "the pruner removed the prompt used while the tier was full"
     assert len(summary) == lines_before + 1, summary[-2:]
     last = json.loads(summary[-1])
-    assert last["removed_entries"] == len(removed) and last["removed_bytes"] >= len(removed) * piece, last
+    assert last["removed_entries"] == len(removed), last
     assert last["watermark_met"] is True and not last.get("dry_run"), last
-    assert status == 200, text[:300]
+    # Stores work again.
+    assert new_status == 200, new_text[:300]
+    assert saved_after, "a new prompt was not saved into the tier after the pruner freed space"
     assert wait_healthy(all_healthy, timeout=30)

@@ -232,6 +232,42 @@ def test_tier_unwritable_for_the_service_user_fails_stage_2():
     assert set(report["failed_required"]) >= {"tier_write", "lmcache_probe"}
 
 
+def test_full_tier_fails_stage_2_and_6_with_tier_full():
+    inputs = good_inputs()
+    full = {"path": "/mnt/kvcache", "read_only": False, "total_bytes": 1 << 30, "free_bytes": 4096}
+    inputs["stages"]["tier_write"]["after"] = tier(10, 1000, fs=full)
+    inputs["stages"]["lmcache_probe"]["store"]["result"] = {
+        "ok": False, "stage": "store", "error": "the chunk is not in the remote tier after the put",
+        "stderr_tail": "\x1b[31m[2026-11-30 09:00:00] LMCache ERROR:\x1b[0m Failed to write file "
+                       "/mnt/kvcache/x.data: [Errno 28] No space left on device"}
+    inputs["stages"]["lmcache_probe"]["load_results"] = [{"skipped": True}]
+    report = build(inputs)
+    s2 = stage(report, "tier_write")
+    assert s2["status"] == "fail" and "tier_full" in s2["causes"], s2
+    s6 = stage(report, "lmcache_probe")
+    assert s6["status"] == "fail" and "tier_full" in s6["causes"], s6
+    full_cause = [c for c in report["causes"] if c["id"] == "tier_full"][0]
+    assert "lab-node1" in full_cause["hosts"]
+    assert "4096 bytes free of 1073741824" in full_cause["message"] or "No space left" in full_cause["message"]
+    assert "kvcache-prune.timer" in full_cause["fix"]
+    assert "\x1b" not in json.dumps(report["causes"])
+
+
+@pytest.mark.parametrize("total,free,full", [
+    (1 << 30, 0, True), (1 << 30, (1 << 30) // 100 - 1, True), (1 << 30, (1 << 30) // 50, False),
+    (100 << 40, 2 << 30, False), (100 << 40, (1 << 30) - 1, True), (None, 0, False), (0, 0, False)])
+def test_volume_full_threshold(total, free, full):
+    assert v.volume_full(total, free) is full
+
+
+def test_enospc_and_quota_texts_are_tier_full():
+    for text in ("OSError: [Errno 28] No space left on device: '/mnt/kvcache/a'",
+                 "OSError: [Errno 122] Disk quota exceeded"):
+        causes = v.Causes()
+        assert v.causes_from_text(causes, text, host="lab-node2") == ["tier_full"]
+        assert causes.get("tier_full")["hosts"] == ["lab-node2"]
+
+
 def test_read_only_mount_is_named():
     inputs = good_inputs()
     ro = fixture("lab-findmnt.json").replace('"rw,', '"ro,')
