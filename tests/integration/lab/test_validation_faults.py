@@ -10,8 +10,9 @@ that the report fails the right stage with the right cause, and restores the lab
   on their first save, so stage 1 fails too; systemd restarts them after the restore) (a container cannot remount its volume read-only
   without privileges; chmod makes it unwritable for the service user, which is
   what a read-only export or a wrong export owner does to vLLM and LMCache);
-- one instance with a different PYTHONHASHSEED: its env file is edited on the node, the
-  unit restarted, and the file restored byte for byte (cp -p) afterwards;
+- one instance with a different PYTHONHASHSEED: its env file (what systemd starts it with,
+  and what the validation reads) is edited on the node and restored byte for byte (cp -p)
+  afterwards; the instance is not restarted (the lab's connector does not hash with it);
 - S3 key revoked: the lab's engines use the fs tier, so the run is about the S3 path of the
   validation: every node gets an S3-tier LMCache config from the lmcache role
   (playbooks/s3_probe_config.yml), a control run must pass stage 6 through the lab's
@@ -85,21 +86,22 @@ def test_different_hash_seed_fails_stage_4_and_names_the_node(tmp_path, hostvars
     unit = "kvcache-vllm@%s.service" % inst
     seed = str(hostvars[host].get("kvcache_hash_seed", 0))
     odd = "999" if seed != "999" else "998"
+    pid = docker_exec(container, "systemctl", "show", "-p", "MainPID", "--value", unit).stdout.strip()
     docker_exec(container, "cp", "-p", env_file, backup)
     try:
+        # The env file is what systemd starts the instance with, and what the validation reads
+        # (the seed is a configuration cause). The instance is not restarted: the lab's
+        # ExampleConnector does not hash with the seed, so a restart would change nothing the
+        # run measures, and it costs two engine starts on 2 cores.
         docker_exec(container, "sed", "-i", "s/^PYTHONHASHSEED=.*/PYTHONHASHSEED=%s/" % odd, env_file)
-        docker_exec(container, "systemctl", "restart", unit, timeout=120)
-        assert wait_healthy(instance_urls), "the instance with the odd seed did not start"
         # stage 5 (the router) would fail the same way: not selected, to keep the run short
         rc, report, out = run_validate(str(tmp_path), extra=[
             "-e", '{"validation_stages": ["instances", "tier_write", "cross_instance", "lmcache_probe"]}'])
     finally:
         docker_exec(container, "cp", "-p", backup, env_file, check=False)
         docker_exec(container, "rm", "-f", backup, check=False)
-        docker_exec(container, "systemctl", "restart", unit, timeout=120, check=False)
-        restored = wait_healthy(instance_urls)
-    assert restored, "the instance did not come back after restoring its env file"
     assert "PYTHONHASHSEED=%s\n" % seed in docker_exec(container, "cat", env_file).stdout
+    assert docker_exec(container, "systemctl", "show", "-p", "MainPID", "--value", unit).stdout.strip() == pid
     assert report is not None, out
     assert rc != 0
     s4 = stage(report, "cross_instance")
