@@ -63,16 +63,61 @@ def site_run():
     return _RUNS["site"]
 
 
-def stdout_tail(run, chars=4000):
-    """The end of the job's stdout, for assertion messages, with the lab's secrets masked."""
-    path = os.path.join(run["artifact_dir"], "stdout")
-    if not os.path.exists(path):
-        return "(no stdout artifact)"
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        text = handle.read()
+def _mask(text):
+    """text with the lab's secrets (build/lab/secrets/*) replaced by their file names."""
     for name in glob.glob(os.path.join(ROOT, "build", "lab", "secrets", "*")):
         with open(name, encoding="utf-8") as handle:
             value = handle.read().strip()
         if value:
             text = text.replace(value, "<%s>" % os.path.basename(name))
-    return text[-chars:]
+    return text
+
+
+def failed_tasks(run):
+    """One line per failed (not ignored) or unreachable task event: host, task, message (secrets masked)."""
+    lines = []
+    for event in run.get("events", []):
+        if event.get("event") not in ("runner_on_failed", "runner_on_unreachable"):
+            continue
+        data = event.get("event_data", {})
+        if data.get("ignore_errors"):
+            continue
+        res = data.get("res") or {}
+        msg = res.get("msg") or res.get("stderr") or ""
+        if not isinstance(msg, str):
+            msg = json.dumps(msg, default=str)
+        lines.append(_mask("%s | %s | %s" % (data.get("host"), data.get("task"), msg[:1500])))
+    return lines
+
+
+def report_failures(run):
+    """The validation report's stages that did not pass: 'id status: reason [causes]' lines."""
+    lines = []
+    for path in glob.glob(os.path.join(run["artifact_dir"], "**", "validation-latest.json"), recursive=True):
+        with open(path, encoding="utf-8") as handle:
+            report = json.load(handle)
+        for stage in report.get("stages", []):
+            if stage.get("status") != "pass":
+                causes = [c.get("id", c) if isinstance(c, dict) else c for c in stage.get("causes", [])]
+                lines.append(_mask("%s %s: %s %s" % (stage.get("id"), stage.get("status"), stage.get("reason"),
+                                                     causes)))
+    return lines
+
+
+def stdout_tail(run, chars=4000):
+    """For assertion messages: the failed tasks and the report's failed stages first, then the
+    end of the job's stdout (without the timing summary), secrets masked."""
+    path = os.path.join(run["artifact_dir"], "stdout")
+    failed = failed_tasks(run)
+    stages = report_failures(run)
+    head = ("failed tasks:\n" + "\n".join(failed) + "\n\n") if failed else ""
+    head += ("validation stages not passed:\n" + "\n".join(stages) + "\n\n") if stages else ""
+    if not os.path.exists(path):
+        return head + "(no stdout artifact)"
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
+    # The profile_tasks summary at the end says nothing about a failure: cut it off.
+    recap = text.rfind("PLAY RECAP")
+    if recap != -1:
+        text = text[:text.find("\n\n", recap) if text.find("\n\n", recap) != -1 else len(text)]
+    return head + _mask(text[-chars:])
