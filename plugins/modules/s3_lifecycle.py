@@ -37,10 +37,6 @@ options:
     description: S3 endpoint URL with scheme.
     type: str
     required: true
-  region:
-    description: Region for the signature.
-    type: str
-    default: us-east-1
   access_key:
     description: S3 access key ID.
     type: str
@@ -49,13 +45,6 @@ options:
     description: S3 secret access key.
     type: str
     required: true
-  validate_certs:
-    description: Verify the endpoint's TLS certificate.
-    type: bool
-    default: true
-  ca_bundle:
-    description: CA bundle to verify the endpoint with.
-    type: path
   timeout:
     description: Seconds for the connection and for each answer.
     type: int
@@ -87,6 +76,8 @@ options:
     default: present
 requirements:
   - boto3
+extends_documentation_fragment:
+  - kvcache.offload.s3_client
 """
 
 EXAMPLES = r"""
@@ -117,9 +108,9 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.kvcache.offload.plugins.module_utils.tier import make_s3_client
+
 try:
-    import boto3
-    from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
     HAS_BOTO3 = True
     BOTO3_IMPORT_ERROR = None
@@ -192,22 +183,11 @@ def main():
     if p["state"] == "present" and p["expiration_days"] < 1:
         module.fail_json(msg="expiration_days must be at least 1, got %d." % p["expiration_days"], rule={}, rules=[])
 
-    verify = p["ca_bundle"] if p["ca_bundle"] else p["validate_certs"]
-    client = boto3.client(
-        "s3",
-        endpoint_url=p["endpoint_url"],
-        region_name=p["region"],
-        aws_access_key_id=p["access_key"],
-        aws_secret_access_key=p["secret_key"],
-        verify=verify,
-        config=Config(
-            connect_timeout=p["timeout"],
-            read_timeout=p["timeout"],
-            retries={"max_attempts": 3, "mode": "standard"},
-            s3={"addressing_style": p["addressing_style"]},
-            signature_version="s3v4",
-        ),
-    )
+    # The collection's one S3 client (module_utils/tier.py): explicit timeouts, bounded retries.
+    client = make_s3_client(
+        endpoint_url=p["endpoint_url"], region=p["region"], access_key=p["access_key"], secret_key=p["secret_key"],
+        addressing_style=p["addressing_style"], validate_certs=p["validate_certs"], ca_bundle=p["ca_bundle"],
+        connect_timeout=p["timeout"], read_timeout=p["timeout"], retries=3)
 
     try:
         try:

@@ -31,10 +31,6 @@ options:
     description: Bucket name.
     type: str
     required: true
-  region:
-    description: Region used in the signature.
-    type: str
-    default: us-east-1
   access_key:
     description: S3 access key ID.
     type: str
@@ -43,18 +39,12 @@ options:
     description: S3 secret access key.
     type: str
     required: true
-  validate_certs:
-    description: Verify the endpoint's TLS certificate (https only).
-    type: bool
-    default: true
-  ca_bundle:
-    description: CA bundle file to verify the endpoint with, instead of the system store.
-    type: path
   timeout:
     description: Seconds for the connection and for the answer.
     type: int
     default: 10
 extends_documentation_fragment:
+  - kvcache.offload.s3_client
   - kvcache.offload.read_only
 """
 

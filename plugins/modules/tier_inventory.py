@@ -49,11 +49,6 @@ options:
     description:
       - S3 endpoint, for example V(https://s3.storagegrid.example:10443). Omit for AWS.
     type: str
-  region:
-    description:
-      - S3 region (StorageGRID accepts any; LMCache needs one).
-    type: str
-    default: us-east-1
   access_key:
     description:
       - S3 access key id. Without keys boto3's default credential chain is used.
@@ -72,15 +67,6 @@ options:
     type: str
     choices: [auto, path, virtual]
     default: auto
-  validate_certs:
-    description:
-      - Verify the endpoint's TLS certificate.
-    type: bool
-    default: true
-  ca_bundle:
-    description:
-      - PEM file of CA certificates to trust for the S3 endpoint.
-    type: path
   timeout:
     description:
       - Seconds to connect and for every read of an S3 request.
@@ -110,6 +96,7 @@ options:
 notes:
   - Read-only; runs in check mode as well.
 extends_documentation_fragment:
+  - kvcache.offload.s3_client
   - kvcache.offload.read_only
 """
 

@@ -13,15 +13,35 @@ MINE = {"ID": "kvcache-expiration", "Status": "Enabled", "Filter": {"Prefix": ""
 OTHER = {"ID": "someone-else", "Status": "Enabled", "Filter": {"Prefix": "logs/"}, "Expiration": {"Days": 30}}
 
 
+CLIENT_KWARGS = []
+
+
 @pytest.fixture
 def s3(monkeypatch):
     client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="AK", aws_secret_access_key="SK",
                           endpoint_url="http://s3.lab.test:8333")
     stubber = Stubber(client)
-    monkeypatch.setattr(s3_lifecycle.boto3, "client", lambda *a, **k: client)
+    CLIENT_KWARGS.clear()
+
+    def make_client(**kwargs):
+        CLIENT_KWARGS.append(kwargs)
+        return client
+
+    monkeypatch.setattr(s3_lifecycle, "make_s3_client", make_client)
     with stubber:
         yield stubber
     stubber.assert_no_pending_responses()
+
+
+def test_the_client_is_the_collections_one_with_the_given_timeout_and_tls(run_module, s3):
+    s3.add_response("get_bucket_lifecycle_configuration", {"Rules": [MINE]}, {"Bucket": "kvcache"})
+    result, failed = run_module(s3_lifecycle, dict(ARGS, timeout=7, ca_bundle="/etc/ssl/grid-ca.pem",
+                                                   addressing_style="virtual"))
+    assert not failed and result["changed"] is False
+    assert CLIENT_KWARGS == [{
+        "endpoint_url": "http://s3.lab.test:8333", "region": "us-east-1", "access_key": "AK",
+        "secret_key": "SECRETKEY0", "addressing_style": "virtual", "validate_certs": True,
+        "ca_bundle": "/etc/ssl/grid-ca.pem", "connect_timeout": 7, "read_timeout": 7, "retries": 3}]
 
 
 def no_config(stubber):
