@@ -52,6 +52,12 @@ SEED_PLAYBOOKS = ("playbooks/nodes.yml",)
 LAB_CONTAINERS = ("kvcache-lab-node1", "kvcache-lab-node2", "kvcache-lab-router", "kvcache-lab-s3")
 LAB_LOCK = "/tmp/kvcache-lab.lock"
 TARGET_RATIO = 4.0
+# The kernel's per-user limit of inotify instances counts every container's systemd, journald,
+# logind and dbus (7 per idle node, measured; ansible's systemctl calls add more while a run
+# goes). Debian's default of 128 stops the 19th or so node from booting.
+INOTIFY_SYSCTL = "/proc/sys/fs/inotify/max_user_instances"
+INOTIFY_PER_CONTAINER = 16
+INOTIFY_RESERVE = 128
 TARGET_LAB_SECONDS = 60.0
 
 
@@ -285,6 +291,33 @@ def _ensure_network():
                  "--label", SIM_LABEL, SIM_NETWORK])
 
 
+def inotify_instances_needed(containers, per_container=INOTIFY_PER_CONTAINER, reserve=INOTIFY_RESERVE):
+    """fs.inotify.max_user_instances that `containers` systemd containers need, with headroom."""
+    return int(containers) * per_container + reserve
+
+
+def ensure_inotify_instances(containers, path=INOTIFY_SYSCTL):
+    """Raise fs.inotify.max_user_instances when it is too low for `containers` systemd nodes.
+
+    Returns a note for the report when it raised the limit, None when it was high enough;
+    raises RuntimeError (naming the sysctl and the fix) when it is too low and cannot be raised.
+    """
+    needed = inotify_instances_needed(containers)
+    with open(path, encoding="ascii") as handle:
+        current = int(handle.read().strip())
+    if current >= needed:
+        return None
+    try:
+        with open(path, "w", encoding="ascii") as handle:
+            handle.write("%d\n" % needed)
+    except OSError as exc:
+        raise RuntimeError(
+            "fs.inotify.max_user_instances is %d; %d systemd containers need about %d (each holds about 7 "
+            "inotify instances and the limit is per user). Fix: run `sysctl -w fs.inotify.max_user_instances=%d` "
+            "as root, or ask for fewer --converge-nodes (%s)" % (current, containers, needed, needed, exc)) from exc
+    return "raised fs.inotify.max_user_instances from %d to %d for %d systemd containers" % (current, needed, containers)
+
+
 def start_containers(hosts, image, volumes, boot_timeout=180):
     _ensure_network()
     for host in hosts:
@@ -295,8 +328,10 @@ def start_containers(hosts, image, volumes, boot_timeout=180):
             state = _docker(["exec", host["container"], "systemctl", "is-system-running"], check=False).strip()
             if state.splitlines() and state.splitlines()[-1] in ("running", "degraded"):
                 break
-            if time.monotonic() > deadline:
-                raise RuntimeError("%s: systemd did not finish booting (%s)" % (host["container"], state))
+            if time.monotonic() > deadline or "is not running" in state:
+                logs = _docker(["logs", "--tail", "15", host["container"]], check=False).strip()
+                raise RuntimeError("%s: systemd did not finish booting (%s); its last log lines: %s"
+                                   % (host["container"], state, logs[-800:]))
             time.sleep(1)
 
 
@@ -441,6 +476,8 @@ def _seed_and_runs(args, conv, image, common, variables, sim_dir, tier_dir, venv
     for count in args.converge_nodes:
         conv["results"].append(_one_count(args, count, image, node_volumes, variables, sim_dir, tier_dir,
                                           logs, time_command))
+        if conv["results"][-1].get("note"):
+            conv["notes"].append(conv["results"][-1]["note"])
         # What is done so far survives an interrupted bench (bench.json is written at the end).
         with open(os.path.join(sim_dir, "converge-partial.json"), "w") as handle:
             json.dump(conv, handle, indent=2, sort_keys=True, default=str)
@@ -455,6 +492,10 @@ def _one_count(args, count, image, volumes, variables, sim_dir, tier_dir, logs, 
         teardown()
         shutil.rmtree(tier_dir, ignore_errors=True)
         os.makedirs(tier_dir)
+        note = ensure_inotify_instances(count)
+        if note:
+            log(note)
+            result["note"] = note
         log("%d nodes: starting containers" % count)
         begin = time.monotonic()
         start_containers(hosts, image, volumes, boot_timeout=120 + 5 * count)

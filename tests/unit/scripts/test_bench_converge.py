@@ -120,3 +120,38 @@ def test_render_markdown():
     assert "lab rerun < 60 s: **not measured**" in text
     assert "- 2.00 s x : y" in text
     assert conv.render_markdown({"skipped": True, "reason": "no docker"})[-2] == "Skipped: no docker."
+
+
+def test_inotify_instances_needed_grows_with_the_node_count():
+    assert conv.inotify_instances_needed(0) == conv.INOTIFY_RESERVE
+    assert conv.inotify_instances_needed(32) == 32 * conv.INOTIFY_PER_CONTAINER + conv.INOTIFY_RESERVE
+    # Debian's default (128) is too low for 32 nodes, which is what stopped node 23 from booting.
+    assert conv.inotify_instances_needed(32) > 128
+
+
+def test_ensure_inotify_instances_raises_a_low_limit_and_leaves_a_high_one(tmp_path):
+    sysctl = tmp_path / "max_user_instances"
+    sysctl.write_text("128\n")
+    note = conv.ensure_inotify_instances(32, path=str(sysctl))
+    assert int(sysctl.read_text()) == conv.inotify_instances_needed(32)
+    assert "from 128 to %d" % conv.inotify_instances_needed(32) in note
+    sysctl.write_text("100000\n")
+    assert conv.ensure_inotify_instances(32, path=str(sysctl)) is None
+    assert sysctl.read_text() == "100000\n"
+
+
+def test_ensure_inotify_instances_names_the_fix_when_it_cannot_raise(tmp_path, monkeypatch):
+    sysctl = tmp_path / "max_user_instances"
+    sysctl.write_text("128\n")
+    real_open = open
+
+    def read_only(path, mode="r", **kwargs):
+        if "w" in mode:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, mode, **kwargs)
+
+    monkeypatch.setattr(conv, "open", read_only, raising=False)
+    with pytest.raises(RuntimeError) as err:
+        conv.ensure_inotify_instances(32, path=str(sysctl))
+    assert "sysctl -w fs.inotify.max_user_instances=%d" % conv.inotify_instances_needed(32) in str(err.value)
+    assert sysctl.read_text() == "128\n"
