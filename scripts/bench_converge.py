@@ -57,7 +57,7 @@ TARGET_RATIO = 4.0
 # goes). Debian's default of 128 stops the 19th or so node from booting.
 INOTIFY_SYSCTL = "/proc/sys/fs/inotify/max_user_instances"
 INOTIFY_PER_CONTAINER = 16
-INOTIFY_RESERVE = 128
+INOTIFY_RESERVE = 64
 TARGET_LAB_SECONDS = 60.0
 
 

@@ -125,8 +125,9 @@ def test_render_markdown():
 def test_inotify_instances_needed_grows_with_the_node_count():
     assert conv.inotify_instances_needed(0) == conv.INOTIFY_RESERVE
     assert conv.inotify_instances_needed(32) == 32 * conv.INOTIFY_PER_CONTAINER + conv.INOTIFY_RESERVE
-    # Debian's default (128) is too low for 32 nodes, which is what stopped node 23 from booting.
+    # Debian's default (128) is too low for 32 nodes (it stopped node 23 from booting), enough for 2.
     assert conv.inotify_instances_needed(32) > 128
+    assert conv.inotify_instances_needed(2) <= 128
 
 
 def test_ensure_inotify_instances_raises_a_low_limit_and_leaves_a_high_one(tmp_path):
