@@ -54,7 +54,7 @@ LAB_LOCK = "/tmp/kvcache-lab.lock"
 TARGET_RATIO = 4.0
 # The kernel's per-user limit of inotify instances counts every container's systemd, journald,
 # logind and dbus (7 per idle node, measured; ansible's systemctl calls add more while a run
-# goes). Debian's default of 128 stops the 19th or so node from booting.
+# goes). Debian's default of 128 stopped the 23rd of 32 nodes from booting here.
 INOTIFY_SYSCTL = "/proc/sys/fs/inotify/max_user_instances"
 INOTIFY_PER_CONTAINER = 16
 INOTIFY_RESERVE = 64

@@ -117,7 +117,7 @@ def stdout_tail(run, chars=4000):
     with open(path, encoding="utf-8", errors="replace") as handle:
         text = handle.read()
     # The profile_tasks summary at the end says nothing about a failure: cut it off.
-    recap = text.rfind("PLAY RECAP")
-    if recap != -1:
-        text = text[:text.find("\n\n", recap) if text.find("\n\n", recap) != -1 else len(text)]
+    recap_end = text.find("\n\n", text.rfind("PLAY RECAP")) if "PLAY RECAP" in text else -1
+    if recap_end != -1:
+        text = text[:recap_end]
     return head + _mask(text[-chars:])
