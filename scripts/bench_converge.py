@@ -59,6 +59,7 @@ INOTIFY_SYSCTL = "/proc/sys/fs/inotify/max_user_instances"
 INOTIFY_PER_CONTAINER = 16
 INOTIFY_RESERVE = 64
 TARGET_LAB_SECONDS = 60.0
+PROC_STAT = "/proc/stat"
 
 
 def log(message):
@@ -68,6 +69,45 @@ def log(message):
 
 # ---------------------------------------------------------------------------------------------
 # pure helpers (unit-tested)
+
+def cpu_busy_seconds(stat_text, ticks_per_second):
+    """Busy CPU seconds of the whole machine from /proc/stat's aggregate "cpu" line: user, nice,
+    system, irq and softirq (guest time is already inside user). Idle, iowait and steal (time
+    the hypervisor gave to someone else) are not work done here."""
+    for line in stat_text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            values = [int(v) for v in fields[1:]] + [0] * 8
+            user, nice, system, _idle, _iowait, irq, softirq = values[:7]
+            return (user + nice + system + irq + softirq) / float(ticks_per_second)
+    raise ValueError("no aggregate cpu line in /proc/stat")
+
+
+def machine_cpu_seconds(path=PROC_STAT):
+    """Busy CPU seconds of the machine so far (None where /proc/stat cannot be read)."""
+    try:
+        with open(path) as handle:
+            return cpu_busy_seconds(handle.read(), os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cores():
+    """CPUs this process may run on (its affinity), which is what the run's work had."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def cpu_floor(machine_cpu, cores):
+    """The shortest wall time the same CPU work could take on `cores` CPUs, perfectly packed:
+    busy CPU seconds / cores. A wall-time target below it is out of reach on this machine
+    without less work per run."""
+    if machine_cpu is None or not cores:
+        return None
+    return machine_cpu / float(cores)
+
 
 def parse_nodes(text):
     """'2,8,32' -> [2, 8, 32] (sorted, unique); raises ValueError outside 1..MAX_NODES."""
@@ -176,7 +216,7 @@ def summarize_targets(results, lab=None, ratio_target=TARGET_RATIO, lab_target=T
     by_n = {r["nodes"]: r["rerun"] for r in ok}
     out = {"changed_zero": None, "ratio": None, "ratio_nodes": None, "ratio_met": None,
            "ratio_target": ratio_target, "lab_seconds": None, "lab_met": None, "lab_changed_zero": None,
-           "lab_target_seconds": lab_target}
+           "lab_target_seconds": lab_target, "lab_cpu_floor_seconds": None, "lab_reachable_here": None}
     reruns = [r.get("rerun") for r in results if r.get("rerun")]
     if reruns:
         out["changed_zero"] = all(r.get("rc") == 0 and r.get("changed_total") == 0 for r in reruns)
@@ -190,6 +230,11 @@ def summarize_targets(results, lab=None, ratio_target=TARGET_RATIO, lab_target=T
         out["lab_seconds"] = lab["rerun"]["seconds"]
         out["lab_met"] = lab["rerun"]["seconds"] < lab_target
         out["lab_changed_zero"] = lab["rerun"].get("changed_total") == 0
+        floor = lab["rerun"].get("cpu_floor_seconds")
+        if floor is not None:
+            # Could the same work finish under the target on this machine at all?
+            out["lab_cpu_floor_seconds"] = floor
+            out["lab_reachable_here"] = floor < lab_target
     return out
 
 
@@ -211,19 +256,20 @@ def render_markdown(conv):
                  "forks=%s, pipelining=%s." % (SIM_NETWORK, ", ".join("`%s`" % p for p in conv.get("playbooks", [])),
                                                conv.get("forks"), conv.get("pipelining")))
     lines.append("")
-    lines += ["| nodes | cold s | rerun s | rerun s/host | rerun controller CPU s/host | rerun changed | rerun failed "
-              "| load after | rc |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines += ["| nodes | cold s | rerun s | rerun s/host | rerun controller CPU s/host | rerun machine CPU s "
+              "| rerun CPU floor s | rerun changed | rerun failed | load after | rc |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in conv.get("results", []):
         cold, rerun = r.get("cold") or {}, r.get("rerun") or {}
-        lines.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["nodes"], sec(cold.get("seconds")), sec(rerun.get("seconds")),
             "-" if rerun.get("per_host_seconds") is None else "%.2f" % rerun["per_host_seconds"],
             "-" if rerun.get("controller_cpu_seconds_per_host") is None else "%.2f" % rerun["controller_cpu_seconds_per_host"],
+            sec(rerun.get("machine_cpu_seconds")), sec(rerun.get("cpu_floor_seconds")),
             rerun.get("changed_total", "-"), rerun.get("failed_total", "-"), rerun.get("loadavg_after", "-"),
             "cold %s / rerun %s" % (cold.get("rc", "-"), rerun.get("rc", "-"))))
         if r.get("error"):
-            lines.append("| | error: %s | | | | | | | |" % str(r["error"]).replace("|", "/")[:200])
+            lines.append("| | error: %s | | | | | | | | | |" % str(r["error"]).replace("|", "/")[:200])
     lab = conv.get("lab") or {}
     lines.append("")
     if lab.get("rerun"):
@@ -231,6 +277,12 @@ def render_markdown(conv):
         lines.append("Full-stack lab rerun (`ansible-playbook site.yml`, lab inventory): %.1f s, %d hosts, changed=%s, "
                      "rc %s, load after %s." % (rr["seconds"], rr["hosts"], rr.get("changed_total"), rr.get("rc"),
                                                 rr.get("loadavg_after", "-")))
+        if rr.get("machine_cpu_seconds") is not None:
+            lines.append("")
+            lines.append("The machine was busy for %.1f CPU-seconds during it (controller, docker, the module runs in "
+                         "the containers, the lab's services) on %d usable cores: however well packed, the same work "
+                         "takes at least %.1f s here (CPU floor)." % (
+                             rr["machine_cpu_seconds"], rr.get("cores") or 0, rr.get("cpu_floor_seconds") or 0.0))
     else:
         lines.append("Full-stack lab rerun: not measured (%s)." % lab.get("reason", "not asked"))
     t = conv.get("targets") or {}
@@ -242,6 +294,10 @@ def render_markdown(conv):
         "-" if t.get("ratio") is None else "%.2fx" % t["ratio"]))
     lines.append("- full-stack lab rerun < %.0f s: **%s** (%s)" % (
         t.get("lab_target_seconds", TARGET_LAB_SECONDS), _verdict(t.get("lab_met")), sec(t.get("lab_seconds"))))
+    if t.get("lab_reachable_here") is False:
+        lines.append("- the lab rerun's CPU floor on this machine (%.1f s) is above the %.0f s target: it cannot be met "
+                     "here without less work per run; see docs/benchmarks.md" % (
+                         t["lab_cpu_floor_seconds"], t.get("lab_target_seconds", TARGET_LAB_SECONDS)))
     if t.get("lab_changed_zero") is False:
         lines.append("- the lab rerun changed something (changed=%s)" % lab["rerun"].get("changed_total"))
     slow = [r for r in conv.get("results", []) if (r.get("rerun") or {}).get("slowest_tasks")]
@@ -373,13 +429,22 @@ def _ansible_settings():
 
 def _timed(time_command, argv, label, log_path, timeout):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    machine_before = machine_cpu_seconds()
     result = time_command(argv, label=label, timeout=timeout, log_path=log_path)
+    machine_after = machine_cpu_seconds()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     # CPU of the command's own process tree: ansible-playbook, its forks and the docker
     # clients they start (the controller's share), not the module runs inside the nodes.
     result["controller_cpu_seconds"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if result.get("hosts"):
         result["controller_cpu_seconds_per_host"] = result["controller_cpu_seconds"] / result["hosts"]
+    # CPU of the whole machine while it ran: the controller, dockerd and runc for every
+    # `docker exec`, the module runs inside the nodes, and the lab's own services. On a
+    # machine where the nodes share the controller's cores this bounds the wall time.
+    if machine_before is not None and machine_after is not None:
+        result["machine_cpu_seconds"] = machine_after - machine_before
+        result["cores"] = usable_cores()
+        result["cpu_floor_seconds"] = cpu_floor(result["machine_cpu_seconds"], result["cores"])
     result["loadavg_after"] = round(os.getloadavg()[0], 1)
     result["slowest_tasks"] = parse_profile_tasks(result.pop("output", None) or _read(log_path))
     result["log"] = os.path.relpath(log_path, ROOT)

@@ -115,7 +115,7 @@ def test_render_markdown():
     section["results"][1]["rerun"]["slowest_tasks"] = [{"task": "x : y", "seconds": 2.0}]
     section["targets"] = conv.summarize_targets(section["results"], section["lab"])
     text = "\n".join(conv.render_markdown(section))
-    assert "| 8 | 150.0 | 12.0 | 1.50 | - | 0 |" in text
+    assert "| 8 | 150.0 | 12.0 | 1.50 | - | - | - | 0 |" in text
     assert "rerun(8 nodes) / rerun(2 nodes) < 4x: **met** (1.20x)" in text
     assert "lab rerun < 60 s: **not measured**" in text
     assert "- 2.00 s x : y" in text
@@ -156,3 +156,40 @@ def test_ensure_inotify_instances_names_the_fix_when_it_cannot_raise(tmp_path, m
         conv.ensure_inotify_instances(32, path=str(sysctl))
     assert "sysctl -w fs.inotify.max_user_instances=%d" % conv.inotify_instances_needed(32) in str(err.value)
     assert sysctl.read_text() == "128\n"
+
+
+STAT = """cpu  1000 50 400 9000 30 20 10 70 5 0
+cpu0 500 25 200 4500 15 10 5 35 0 0
+intr 12345
+"""
+
+
+def test_cpu_busy_seconds_counts_work_not_idle_iowait_or_steal():
+    # user 1000 + nice 50 + system 400 + irq 20 + softirq 10 ticks, at 100 ticks per second
+    assert conv.cpu_busy_seconds(STAT, 100) == pytest.approx(14.8)
+    with pytest.raises(ValueError):
+        conv.cpu_busy_seconds("intr 1\n", 100)
+
+
+def test_machine_cpu_seconds_reads_proc_stat_or_says_none(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text(STAT)
+    assert conv.machine_cpu_seconds(str(stat)) == pytest.approx(1480.0 / os.sysconf("SC_CLK_TCK"))
+    assert conv.machine_cpu_seconds(str(tmp_path / "missing")) is None
+    assert conv.cpu_floor(None, 2) is None and conv.cpu_floor(100.0, 0) is None
+    assert conv.cpu_floor(188.0, 2) == pytest.approx(94.0)
+
+
+def test_lab_target_out_of_reach_when_the_cpu_floor_is_above_it():
+    lab = {"rerun": {"seconds": 104.0, "rc": 0, "changed_total": 0, "hosts": 5,
+                     "machine_cpu_seconds": 150.0, "cores": 2, "cpu_floor_seconds": 75.0}}
+    t = conv.summarize_targets([], lab)
+    assert t["lab_met"] is False and t["lab_cpu_floor_seconds"] == 75.0 and t["lab_reachable_here"] is False
+    text = "\n".join(conv.render_markdown({"results": [], "lab": lab, "targets": t}))
+    assert "busy for 150.0 CPU-seconds" in text and "at least 75.0 s here" in text
+    assert "CPU floor on this machine (75.0 s) is above the 60 s target" in text
+    # a floor under the target says nothing of the kind, met or not
+    lab["rerun"]["cpu_floor_seconds"] = 40.0
+    t = conv.summarize_targets([], lab)
+    assert t["lab_reachable_here"] is True and t["lab_met"] is False
+    assert "CPU floor on this machine" not in "\n".join(conv.render_markdown({"results": [], "lab": lab, "targets": t}))
