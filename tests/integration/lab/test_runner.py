@@ -8,6 +8,7 @@ job's artifacts (validation_report_dir is an extravar pointing into artifacts/<i
 
 The lab is converged before the tests run (`make lab`), so the run must change nothing.
 """
+import glob
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import kvcache_runner  # noqa: E402  pylint: disable=wrong-import-position,impor
 
 STAGES = ["instances", "tier_write", "local_hit", "cross_instance", "router", "lmcache_probe"]
 VALIDATE_PLAY = "Validate the cache tiers"
+CA_TRUST_PLAY = "Site CA certificates on every host"
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +88,18 @@ def test_every_stage_ran_and_validation_came_last(site):
     for expected in ("Preflight checks on every host of the platform", "Pruning timer for the shared fs tier",
                      "Monitoring configuration from the inventory"):
         assert expected in plays, (expected, plays)
+
+
+def test_ca_trust_runs_once_per_host_in_host_preparation(site):
+    """site.yml trusts the site's CAs on every host in one play of host preparation; the roles
+    that include ca_trust again later in the run (inference_env, router, s3_store) skip it."""
+    certificates = sorted(glob.glob("/usr/local/share/ca-certificates/*.crt"))  # the lab's ca_trust_certificates
+    copies = [(e["event_data"]["host"], e["event_data"]["play"]) for e in _events(site, "runner_on_ok")
+              if e["event_data"].get("task") == "Copy the CA certificates"]
+    if not certificates:
+        assert copies == [], "no certificate to trust, yet the role copied: %s" % copies
+        return
+    assert sorted(copies) == [(host, CA_TRUST_PLAY) for host in ("lab-node1", "lab-node2", "lab-router", "lab-s3")], copies
 
 
 def test_validation_report_is_among_the_artifacts_and_passes(site):
