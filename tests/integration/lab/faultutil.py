@@ -48,10 +48,13 @@ def wait_healthy(urls, timeout=HEALTH_TIMEOUT):
     return False
 
 
-def run_validate(report_dir, extra=()):
-    """Run validate.yml into report_dir; return (rc, report dict or None, output tail)."""
+def run_validate(report_dir, extra=(), playbook="playbooks/validate.yml", tail=4000):
+    """Run validate.yml (or another playbook) into report_dir; return (rc, report dict or None, output).
+
+    The output is its last `tail` characters (all of it with tail=None).
+    """
     proc = subprocess.run(
-        ["ansible-playbook", "playbooks/validate.yml", "-e", "validation_report_dir=%s" % report_dir]
+        ["ansible-playbook", playbook, "-e", "validation_report_dir=%s" % report_dir]
         + EXTRA_VARS + list(extra),
         cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=VALIDATE_TIMEOUT, check=False)
     path = os.path.join(report_dir, "validation-latest.json")
@@ -59,7 +62,8 @@ def run_validate(report_dir, extra=()):
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
             report = json.load(handle)
-    return proc.returncode, report, (proc.stdout + proc.stderr)[-4000:]
+    out = proc.stdout + proc.stderr
+    return proc.returncode, report, out if tail is None else out[-tail:]
 
 
 def stage(report, stage_id):
