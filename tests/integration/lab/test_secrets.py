@@ -204,12 +204,40 @@ def test_vvv_run_output_has_no_secret(secrets, instances):  # pylint: disable=un
     assert hits == [], "secrets in the -vvv run's artifacts: %s" % hits
 
 
+def s3_store_refusal(line, secrets):
+    """True for SeaweedFS's journal line about a refused access key and nothing else.
+
+    The lab's S3 store logs the access key ID of a request it refuses ("InvalidAccessKeyId:
+    attempted key '<id>' not found"), as S3 services record access key IDs of failed calls.
+    test_validation_faults.py provokes it on purpose (the key revoked), so the journal has it
+    when that test ran before this one. The ID is allowed there and only there: the line must
+    be exactly that message, with no other secret (the secret key, the API key) in it.
+    """
+    quoted = "attempted key '%s' not found" % secrets["S3 access key"]
+    return ("InvalidAccessKeyId: " + quoted) in line and found_in(line, secrets) == ["S3 access key"]
+
+
+def test_s3_store_refusal_allowance_is_narrow():
+    fake = Secrets()
+    fake.update({"api key": "A" * 20, "S3 access key": "K" * 20, "S3 secret key": "S" * 40})
+    line = "    MESSAGE=W1130 18:39:09.111159 auth_signature_v4.go:256 InvalidAccessKeyId: attempted key '%s' not found."
+    assert s3_store_refusal(line % fake["S3 access key"], fake)
+    # the secret key or the API key in the same message, or the access key elsewhere, stay findings
+    assert not s3_store_refusal(line % fake["S3 access key"] + " secret=" + fake["S3 secret key"], fake)
+    assert not s3_store_refusal(line % fake["S3 secret key"], fake)
+    assert not s3_store_refusal(line % fake["api key"], fake)
+    assert not s3_store_refusal("    _CMDLINE=weed -s3.key=%s" % fake["S3 access key"], fake)
+
+
 @pytest.mark.parametrize("what", ["units", "files", "journal"])
-def test_no_secret_on_any_lab_host(secrets, lab_containers, what):
+def test_no_secret_on_any_lab_host(secrets, lab_containers, inventory, what):
+    s3_hosts = group_hosts(inventory, "kvcache_s3_store")
     problems = []
     for host, container in sorted(lab_containers.items()):
         scanned, hits = docker_scan(container, what, list(secrets.values()))
         assert scanned > 0, "%s: nothing scanned for %s" % (host, what)
+        if what == "journal" and host in s3_hosts:
+            hits = [line for line in hits if not s3_store_refusal(line, secrets)]
         problems.extend("%s: %s" % (host, masked(line, secrets)) for line in hits)
     assert problems == [], "secrets found (%s):\n%s" % (what, "\n".join(problems))
 
