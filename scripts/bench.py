@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 # Copyright: (c) 2026, kvcache.offload developers
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """kvcache.offload benchmarks: storage throughput, lab tier effectiveness, break-even prediction.
 
     scripts/bench.py            full run  (build/bench/bench.json + bench.md)

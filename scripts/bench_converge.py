@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, kvcache.offload developers
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Converge benchmark for scripts/bench.py: no-op reruns of the node-side playbooks on N
 simulated nodes, and the full-stack lab rerun when the lab is up.
 

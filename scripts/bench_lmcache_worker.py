@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, kvcache.offload developers
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """PUT/GET KV chunks through LMCache's own remote storage code (run by scripts/bench.py).
 
 Runs with the interpreter of a venv that has lmcache and (CPU) torch. Argument: one JSON

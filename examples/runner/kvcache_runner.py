@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, kvcache.offload developers
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run a kvcache.offload playbook through ansible-runner, as a platform portal would.
 
 One job = one private_data_dir (see docs/ansible-runner.md for the layout):

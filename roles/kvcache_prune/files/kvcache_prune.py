@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, kvcache.offload developers
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """kvcache_prune: keep a shared KV-cache volume (the fs tier) inside its watermarks.
 
 LMCache never evicts from a remote tier, so an fs tier grows until the volume is full.

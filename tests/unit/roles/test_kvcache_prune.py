@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, kvcache.offload developers
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Unit tests of the fs-tier pruner shipped in roles/kvcache_prune/files/kvcache_prune.py.
 
 Real files in tmp dirs with controlled mtimes/atimes (os.utime); the volume size is

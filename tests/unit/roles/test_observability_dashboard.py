@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, kvcache.offload developers
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Grafana dashboard shipped in roles/observability/files queries only real metrics.
 
 Every PromQL expression (panel targets and template variables) may reference only series

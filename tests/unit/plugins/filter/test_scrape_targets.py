@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, kvcache.offload developers
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Unit tests for the scrape_targets filter (kvcache.offload)."""
 
 from __future__ import absolute_import, division, print_function
