@@ -16,6 +16,7 @@ inference_env finds the venv built from the same lock and skips the install. The
 runs are unmodified ansible-playbook runs of the collection's playbooks.
 """
 
+import contextlib
 import fcntl
 import glob
 import json
@@ -374,6 +375,21 @@ def ensure_inotify_instances(containers, path=INOTIFY_SYSCTL):
     return "raised fs.inotify.max_user_instances from %d to %d for %d systemd containers" % (current, needed, containers)
 
 
+@contextlib.contextmanager
+def inotify_instances_for(containers, path=INOTIFY_SYSCTL):
+    """ensure_inotify_instances for the duration of the block (yields its note); a limit it
+    raised is put back on exit, also after an error, so the bench leaves the kernel as it was."""
+    with open(path, encoding="ascii") as handle:
+        before = handle.read().strip()
+    note = ensure_inotify_instances(containers, path)
+    try:
+        yield note
+    finally:
+        if note:
+            with open(path, "w", encoding="ascii") as handle:
+                handle.write("%s\n" % before)
+
+
 def start_containers(hosts, image, volumes, boot_timeout=180):
     _ensure_network()
     for host in hosts:
@@ -557,31 +573,37 @@ def _one_count(args, count, image, volumes, variables, sim_dir, tier_dir, logs, 
         teardown()
         shutil.rmtree(tier_dir, ignore_errors=True)
         os.makedirs(tier_dir)
-        note = ensure_inotify_instances(count)
-        if note:
-            log(note)
-            result["note"] = note
-        log("%d nodes: starting containers" % count)
-        begin = time.monotonic()
-        start_containers(hosts, image, volumes, boot_timeout=120 + 5 * count)
-        result["boot_seconds"] = time.monotonic() - begin
-        argv = _playbook_argv(inventory, NODE_PLAYBOOKS)
-        log("%d nodes: cold run" % count)
-        result["cold"] = _timed(time_command, argv, "cold-%d" % count, os.path.join(logs, "cold-%d.log" % count),
-                                args.converge_timeout)
-        if result["cold"]["rc"] != 0:
-            result["error"] = "cold run failed (log: %s)" % result["cold"]["log"]
-            return result
-        log("%d nodes: no-op rerun" % count)
-        result["rerun"] = _timed(time_command, argv, "rerun-%d" % count, os.path.join(logs, "rerun-%d.log" % count),
-                                 args.converge_timeout)
-        log("%d nodes: rerun %.1f s, changed=%s" % (count, result["rerun"]["seconds"], result["rerun"]["changed_total"]))
+        # The raised inotify limit is put back after the containers are gone (teardown below).
+        with inotify_instances_for(count) as note:
+            try:
+                if note:
+                    log(note)
+                    result["note"] = note
+                _cold_and_rerun(args, count, hosts, image, volumes, inventory, logs, time_command, result)
+            finally:
+                teardown()
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         result["error"] = "%s: %s" % (type(exc).__name__, exc)
         log("%d nodes: %s" % (count, result["error"]))
-    finally:
-        teardown()
     return result
+
+
+def _cold_and_rerun(args, count, hosts, image, volumes, inventory, logs, time_command, result):
+    log("%d nodes: starting containers" % count)
+    begin = time.monotonic()
+    start_containers(hosts, image, volumes, boot_timeout=120 + 5 * count)
+    result["boot_seconds"] = time.monotonic() - begin
+    argv = _playbook_argv(inventory, NODE_PLAYBOOKS)
+    log("%d nodes: cold run" % count)
+    result["cold"] = _timed(time_command, argv, "cold-%d" % count, os.path.join(logs, "cold-%d.log" % count),
+                            args.converge_timeout)
+    if result["cold"]["rc"] != 0:
+        result["error"] = "cold run failed (log: %s)" % result["cold"]["log"]
+        return
+    log("%d nodes: no-op rerun" % count)
+    result["rerun"] = _timed(time_command, argv, "rerun-%d" % count, os.path.join(logs, "rerun-%d.log" % count),
+                             args.converge_timeout)
+    log("%d nodes: rerun %.1f s, changed=%s" % (count, result["rerun"]["seconds"], result["rerun"]["changed_total"]))
 
 
 def _lab_rerun(args, logs, time_command):

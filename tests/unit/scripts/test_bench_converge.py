@@ -193,3 +193,22 @@ def test_lab_target_out_of_reach_when_the_cpu_floor_is_above_it():
     t = conv.summarize_targets([], lab)
     assert t["lab_reachable_here"] is True and t["lab_met"] is False
     assert "CPU floor on this machine" not in "\n".join(conv.render_markdown({"results": [], "lab": lab, "targets": t}))
+
+
+def test_inotify_instances_for_puts_a_raised_limit_back(tmp_path):
+    sysctl = tmp_path / "max_user_instances"
+    sysctl.write_text("128\n")
+    with conv.inotify_instances_for(32, path=str(sysctl)) as note:
+        assert "from 128" in note
+        assert int(sysctl.read_text()) == conv.inotify_instances_needed(32)
+    assert sysctl.read_text() == "128\n"
+    # also when the block fails
+    with pytest.raises(RuntimeError):
+        with conv.inotify_instances_for(32, path=str(sysctl)):
+            raise RuntimeError("boom")
+    assert sysctl.read_text() == "128\n"
+    # a limit high enough is neither raised nor written
+    sysctl.write_text("100000\n")
+    with conv.inotify_instances_for(32, path=str(sysctl)) as note:
+        assert note is None
+    assert sysctl.read_text() == "100000\n"
