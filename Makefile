@@ -28,7 +28,7 @@ export LMCACHE_TRACK_USAGE := false
 export ANSIBLE_LINT_SKIP_SCHEMA_UPDATE := 1
 export ANSIBLE_LINT_NODEPS := 0
 
-.PHONY: help venv collection docker image check lint sanity unit molecule integration test lab lab-test lab-down bench clean
+.PHONY: help venv collection docker image check lint sanity unit docs docs-check molecule integration test lab lab-test lab-down bench clean
 
 # Every scenario in molecule/; `make molecule MOLECULE_SCENARIOS="nodes router"` runs some.
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
@@ -58,8 +58,8 @@ docker: ## Make sure a Docker engine runs (installs docker.io, starts dockerd)
 image: docker ## Build the local Debian 12 systemd image (cached by recipe hash)
 	@scripts/build-image.sh >/dev/null
 
-check: venv ## Fast gates: yamllint, ansible-lint, ansible-test sanity, unit tests
-	@$(MAKE) --no-print-directory lint sanity unit
+check: venv ## Fast gates: yamllint, ansible-lint, ansible-test sanity, unit tests, generated docs up to date
+	@$(MAKE) --no-print-directory lint sanity unit docs-check
 
 lint: venv
 	@echo "==> yamllint"
@@ -70,6 +70,13 @@ lint: venv
 sanity: venv
 	@echo "==> ansible-test sanity"
 	@scripts/sanity.sh
+
+docs: venv ## Regenerate the option reference docs/reference/ from DOCUMENTATION and argument_specs
+	@python scripts/gen-docs.py
+
+docs-check: venv
+	@echo "==> generated docs (docs/reference)"
+	@python scripts/gen-docs.py --check
 
 unit: venv
 	@echo "==> unit tests"
