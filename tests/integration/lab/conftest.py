@@ -7,6 +7,7 @@ import os
 import subprocess
 
 import pytest
+import yaml
 
 from labutil import API_KEY_FILE, INVENTORY, ROOT, container_name, group_hosts
 
@@ -62,7 +63,10 @@ def router_url(inventory, hostvars):
     routers = group_hosts(inventory, "kvcache_router")
     assert routers, "the lab inventory has no router"
     host = hostvars[routers[0]]
-    return "http://%s:%d" % (host["ansible_host"], int(host.get("router_port", 8001)))
+    # The router role's default when the inventory sets none (written once, in the role).
+    with open(os.path.join(ROOT, "roles", "router", "defaults", "main.yml"), encoding="utf-8") as handle:
+        default_port = yaml.safe_load(handle)["router_port"]
+    return "http://%s:%d" % (host["ansible_host"], int(host.get("router_port", default_port)))
 
 
 def pytest_collection_modifyitems(session, config, items):
