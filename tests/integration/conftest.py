@@ -16,7 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.path.join(ROOT, "build")
 COLLECTIONS = os.path.join(BUILD, "collections")
 LINK = os.path.join(COLLECTIONS, "ansible_collections", "kvcache", "offload")
-TARGETS = os.path.join(ROOT, "tests", "integration", "targets")
+# One playbook + inventory per storage role, run by the tests here (not ansible-test targets).
+PLAYBOOKS = os.path.join(ROOT, "tests", "integration", "storage_playbooks")
 
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -37,10 +38,10 @@ def tls_dir(tmp_path_factory):
 
 @pytest.fixture
 def run_playbook(tmp_path):
-    """Run tests/integration/targets/<target>/playbook.yml with extra vars; return the completed process."""
+    """Run tests/integration/storage_playbooks/<role>/playbook.yml with extra vars; return the completed process."""
 
-    def run(target, extra_vars, check=False):
-        vars_file = tmp_path / ("vars-%s.yml" % target)
+    def run(role, extra_vars, check=False):
+        vars_file = tmp_path / ("vars-%s.yml" % role)
         data = dict(extra_vars)
         data.setdefault("ansible_python_interpreter", sys.executable)
         vars_file.write_text(yaml.safe_dump(data))
@@ -53,8 +54,8 @@ def run_playbook(tmp_path):
             "ANSIBLE_FORCE_COLOR": "0",
             "ANSIBLE_NOCOLOR": "1",
         })
-        cmd = [_ansible_playbook(), "-i", os.path.join(TARGETS, target, "inventory.yml"),
-               os.path.join(TARGETS, target, "playbook.yml"), "-e", "@%s" % vars_file]
+        cmd = [_ansible_playbook(), "-i", os.path.join(PLAYBOOKS, role, "inventory.yml"),
+               os.path.join(PLAYBOOKS, role, "playbook.yml"), "-e", "@%s" % vars_file]
         if check:
             cmd.append("--check")
         return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
