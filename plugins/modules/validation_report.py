@@ -36,6 +36,8 @@ options:
     description:
       - Facts about the run that go into the report as they are (C(id), C(started), C(controller),
         C(tier_location), C(lab_substitutes), ...).
+      - C(nodes_in_play) (the nodes the node part ran on) tells a node left out by a C(--limit) from one that did not
+        finish.
     type: dict
     default: {}
   expected:
@@ -53,23 +55,34 @@ options:
     default: []
   nodes:
     description:
-      - What was read on each node, C(host), C(env_files) (list of C(name), C(content)), C(lmcache_config)
-        (text or null), C(findmnt) and C(write_test) (registered command results), C(unreachable), C(msg).
-      - Only the settings named above are copied from the files into the report.
-    type: list
-    elements: dict
+      - What the node part of the validation registered on each node, as a mapping node -> result (the role passes
+        every node of the group; C({}) for a node without a result). A result carries C(run_id), C(host), C(unreachable),
+        C(msg), C(env_slurps), C(lmcache_slurp), C(findmnt), C(write_test) (what was read for the cause analysis),
+        C(instances), C(health), C(authed), C(unauthed) (stage 1's registered loop results) and C(lmcache_store) /
+        C(lmcache_load) (its part of stage 6).
+      - A node whose result is missing or of another run (C(run_id) is not O(run.id)) is reported not validated, with the
+        reason (left out of the node play when it is not in C(run.nodes_in_play), else the play did not finish on it).
+      - A list of results (each with C(host)) is accepted too and taken as validated.
+      - Only the settings named in the description are copied from the files into the report.
+    type: raw
     default: []
   stages:
     description:
-      - Raw results per stage id (C(instances), C(tier_write), C(local_hit), C(cross_instance), C(router),
-        C(lmcache_probe)); a stage given as a dict with C(skipped=true) and a C(reason) is reported skipped.
+      - Registered results of the controller's stages by stage id - C(tier_write) and C(local_hit) C({a, before, probe,
+        metrics, after, listed_on}), C(cross_instance) C({a, b, cold, hit, metrics}), C(router) C({a, url, router_hosts,
+        health, probe, metrics}). Stage 1 and stage 6 are read from O(nodes) unless given here.
+      - The module decides which stages could not run and why (no instance answered, no second instance, no router host,
+        a router that does not answer) and reports the stages not in C(settings.selected_stages) as not selected.
+      - A stage given as a dict with C(skipped=true) and a C(reason) is reported skipped; a missing one as not run.
       - The shapes are described in docs/roles/validation.md.
     type: dict
     default: {}
   settings:
     description:
-      - C(required_stages) (stage ids whose failure fails the run), C(min_external_tokens),
-        C(min_local_hit_tokens), C(require_ttft_drop).
+      - C(selected_stages) (the stages to report, the others are not selected; all when absent), C(required_stages)
+        (stage ids whose failure fails the run), C(node_group) and C(router_group) (named in skip reasons),
+        C(router_required) (a router host that does not answer fails stage 5 instead of skipping it),
+        C(min_external_tokens), C(min_local_hit_tokens), C(require_ttft_drop).
     type: dict
     default: {}
   report_dir:
@@ -97,8 +110,8 @@ EXAMPLES = r"""
       tier: fs
       fs_path: /mnt/kvcache
     instances: "{{ instances }}"
-    nodes: "{{ node_facts }}"
-    stages: "{{ raw_stages }}"
+    nodes: "{{ node_results }}"
+    stages: "{{ controller_stages }}"
     settings:
       required_stages: [instances, tier_write, local_hit, cross_instance, router, lmcache_probe]
     report_dir: "{{ playbook_dir }}/../build/reports"
@@ -139,11 +152,8 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kvcache.offload.plugins.module_utils.validation import (
-    build_report,
-    render_markdown,
-    summary_lines,
-)
+from ansible_collections.kvcache.offload.plugins.module_utils.validation_render import render_markdown, summary_lines
+from ansible_collections.kvcache.offload.plugins.module_utils.validation_stages import build_report
 
 
 def argument_spec():
@@ -151,7 +161,7 @@ def argument_spec():
         run=dict(type="dict", default={}),
         expected=dict(type="dict", default={}),
         instances=dict(type="list", elements="dict", default=[]),
-        nodes=dict(type="list", elements="dict", default=[], no_log=False),
+        nodes=dict(type="raw", default=[], no_log=False),
         stages=dict(type="dict", default={}),
         settings=dict(type="dict", default={}),
         report_dir=dict(type="path"),

@@ -151,3 +151,26 @@ def set_s3_store(container, running):
     """Start or stop the lab's S3 store service (bounded)."""
     subprocess.run(["docker", "exec", container, "systemctl", "start" if running else "stop", S3_STORE_UNIT],
                    check=True, capture_output=True, text=True, timeout=120)
+
+
+def report_shape(report):
+    """What a validation report says, without the values that change from run to run.
+
+    The stages with their status, required flag and the keys of their numbers and details,
+    the result and the counts: the lab's report must keep this shape across refactorings
+    (fixtures/validation-report-shape.json was taken from the lab before the one-path
+    redesign of the validation role). Timings, ids, URLs and causes (warnings such as
+    ttft_not_lower depend on timing) are left out.
+    """
+    return {
+        "schema": report["schema"],
+        "schema_version": report["schema_version"],
+        "result": report["result"],
+        "counts": report["counts"],
+        "failed_required": report["failed_required"],
+        "stages": [{"id": s["id"], "number": s["number"], "status": s["status"], "required": s["required"],
+                    "numbers": sorted(s["numbers"]), "details": sorted(s["details"])} for s in report["stages"]],
+        "fleet": sorted(report["fleet"]),
+        "nodes": sorted(report["fleet"]["nodes"][0]) if report["fleet"]["nodes"] else [],
+        "instances": sorted(report["fleet"]["instances"][0]) if report["fleet"]["instances"] else [],
+    }

@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 
 import runnerjob
+from faultutil import report_shape
 from labutil import ROOT, container_name, docker_exec, group_hosts
 
 sys.path.insert(0, os.path.join(ROOT, "examples", "runner"))
@@ -124,6 +125,19 @@ def test_validation_report_is_among_the_artifacts_and_passes(site):
     # The summary the example prints for a portal points at the same files.
     assert site["summary"]["report"]["json"] == os.path.join(report_dir, "validation-latest.json")
     assert site["summary"]["report"]["result"] == "pass"
+
+
+def test_validation_report_keeps_its_shape(site):
+    """The same stages, statuses, numbers' and details' keys as the lab's report before the
+    one-path redesign of the validation role (fixtures/validation-report-shape.json); node rows
+    may have gained keys (validated, reason), never lost one."""
+    report_dir = kvcache_runner.report_dir(site["pdd"], site["ident"])
+    with open(os.path.join(report_dir, "validation-latest.json"), encoding="utf-8") as handle:
+        shape = report_shape(json.load(handle))
+    with open(os.path.join(os.path.dirname(__file__), "fixtures", "validation-report-shape.json"), encoding="utf-8") as handle:
+        before = json.load(handle)
+    assert set(before.pop("nodes")) <= set(shape.pop("nodes")), "a node row lost a key"
+    assert shape == before
 
 
 def test_operations_are_deployed_by_site(site, inventory, hostvars):

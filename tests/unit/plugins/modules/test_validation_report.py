@@ -8,7 +8,7 @@ import sys
 from ansible_collections.kvcache.offload.plugins.modules import validation_report
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils"))
-from test_validation import good_inputs  # noqa: E402  pylint: disable=wrong-import-position
+from validation_helpers import good_inputs  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def _args(tmp_path, **kw):
