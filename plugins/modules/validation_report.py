@@ -60,7 +60,7 @@ options:
         C(msg), C(env_slurps), C(lmcache_slurp), C(findmnt), C(write_test) (what was read for the cause analysis),
         C(instances), C(health), C(authed), C(unauthed) (stage 1's registered loop results) and C(lmcache_store) /
         C(lmcache_load) (its part of stage 6).
-      - A node whose result is missing or of another run (C(run_id) is not O(run.id)) is reported not validated, with the
+      - A node whose result is missing or of another run (C(run_id) is not C(run.id)) is reported not validated, with the
         reason (left out of the node play when it is not in C(run.nodes_in_play), else the play did not finish on it).
       - A list of results (each with C(host)) is accepted too and taken as validated.
       - Only the settings named in the description are copied from the files into the report.
