@@ -33,12 +33,14 @@ def canonical_query(params):
     return "&".join("%s=%s" % pair for pair in pairs)
 
 
-def sign(method, host, path, query, region, access_key, secret_key, amz_date, payload_hash=EMPTY_SHA256, service="s3"):
+def sign(method, host, path, query, region, access_key, secret_key, amz_date, payload_hash=EMPTY_SHA256, service="s3",
+         session_token=None):
     """Headers (dict) that authenticate one request.
 
     host is the Host header value (with the port when it is not the scheme's default),
     path the URI path (already encoded), query a list of (name, value) pairs,
-    amz_date a UTC time as 'YYYYMMDDTHHMMSSZ'.
+    amz_date a UTC time as 'YYYYMMDDTHHMMSSZ'. A session_token (temporary credentials)
+    is sent, and signed, as X-Amz-Security-Token.
     """
     date = amz_date[:8]
     headers = {
@@ -46,6 +48,8 @@ def sign(method, host, path, query, region, access_key, secret_key, amz_date, pa
         "x-amz-content-sha256": payload_hash,
         "x-amz-date": amz_date,
     }
+    if session_token:
+        headers["x-amz-security-token"] = session_token
     signed = sorted(headers)
     canonical_headers = "".join("%s:%s\n" % (name, headers[name].strip()) for name in signed)
     signed_headers = ";".join(signed)
@@ -76,4 +80,6 @@ def sign(method, host, path, query, region, access_key, secret_key, amz_date, pa
         "Authorization": "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s"
         % (access_key, scope, signed_headers, signature),
     }
+    if session_token:
+        out["X-Amz-Security-Token"] = session_token
     return out

@@ -301,7 +301,7 @@ def walk_fs(path, inventory, max_objects=None):
 
 
 def make_s3_client(endpoint_url=None, region=None, access_key=None, secret_key=None, session_token=None,
-                   addressing_style="auto", validate_certs=True, ca_bundle=None,
+                   addressing_style="auto", validate_certs=True, ca_path=None,
                    connect_timeout=10.0, read_timeout=10.0, retries=2):
     """A boto3 S3 client with explicit timeouts, bounded retries and addressing style."""
     if not HAS_BOTO3:
@@ -313,7 +313,7 @@ def make_s3_client(endpoint_url=None, region=None, access_key=None, secret_key=N
         s3={"addressing_style": addressing_style},
         signature_version="s3v4",
     )
-    verify = ca_bundle if (validate_certs and ca_bundle) else bool(validate_certs)
+    verify = ca_path if (validate_certs and ca_path) else bool(validate_certs)
     session = boto3.session.Session(
         aws_access_key_id=access_key or None,
         aws_secret_access_key=secret_key or None,

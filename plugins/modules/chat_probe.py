@@ -38,11 +38,6 @@ options:
       - Request path appended to O(base_url).
     type: str
     default: /v1/chat/completions
-  api_key:
-    description:
-      - 'API key, sent as C(Authorization: Bearer <key>). Omit to send no Authorization header.'
-      - Never logged and never returned.
-    type: str
   model:
     description:
       - Model name as the server serves it (vLLM C(--served-model-name), or the model path if none is set).
@@ -89,7 +84,6 @@ options:
   timeout:
     description:
       - Seconds one request may take in total (connect, prefill and the whole stream). Also the socket timeout.
-    type: float
     default: 60.0
   expect_status:
     description:
@@ -97,32 +91,18 @@ options:
       - With V(200) a round must also deliver a complete stream ending in C([DONE]).
     type: int
     default: 200
-  headers:
-    description:
-      - Extra request headers, for example the session header of the router's session routing.
-      - Do not put secrets here; use O(api_key).
-    type: dict
-    default: {}
   backend_headers:
     description:
       - Response headers that name the backend that served the request, first match wins.
     type: list
     elements: str
     default: [x-backend-url, x-served-by, x-upstream, x-vllm-backend, x-server]
-  validate_certs:
-    description:
-      - Verify the server's TLS certificate.
-    type: bool
-    default: true
-  ca_path:
-    description:
-      - PEM file of CA certificates to trust for HTTPS.
-    type: path
 notes:
   - Check mode sends no request (a probe writes KV cache into the tiers); it returns the prefix it would use.
   - The request asks for C(stream_options.include_usage); vLLM reports C(prompt_tokens_details.cached_tokens)
     only when started with C(--enable-prompt-tokens-details).
 extends_documentation_fragment:
+  - kvcache.offload.http_client
   - kvcache.offload.read_only
 """
 
@@ -284,13 +264,13 @@ from ansible_collections.kvcache.offload.plugins.module_utils.chat import (
     run_round,
     summarize,
 )
+from ansible_collections.kvcache.offload.plugins.module_utils.shared_args import http_argument_spec
 
 
 def argument_spec():
-    return dict(
+    spec = dict(
         base_url=dict(type="str", required=True),
         path=dict(type="str", default="/v1/chat/completions"),
-        api_key=dict(type="str", no_log=True),
         model=dict(type="str", required=True),
         rounds=dict(type="int", default=3),
         prefix_tokens=dict(type="int", default=2048, no_log=False),
@@ -299,13 +279,12 @@ def argument_spec():
         max_tokens=dict(type="int", default=8, no_log=False),
         temperature=dict(type="float", default=0.0),
         pause=dict(type="float", default=0.0),
-        timeout=dict(type="float", default=60.0),
         expect_status=dict(type="int", default=200),
-        headers=dict(type="dict", default={}),
         backend_headers=dict(type="list", elements="str", default=list(DEFAULT_BACKEND_HEADERS)),
-        validate_certs=dict(type="bool", default=True),
-        ca_path=dict(type="path"),
     )
+    # api_key, headers, timeout, validate_certs, ca_path: the collection's HTTP contract.
+    spec.update(http_argument_spec(timeout=60.0))
+    return spec
 
 
 def _round_meets(rnd, expect_status):

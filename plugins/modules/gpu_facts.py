@@ -36,8 +36,8 @@ options:
   timeout:
     description:
       - Seconds each C(nvidia-smi) call may take.
-    type: int
-    default: 30
+    type: float
+    default: 30.0
   topology:
     description:
       - Also run C(nvidia-smi topo -m) for the NVLink matrix.
@@ -180,6 +180,7 @@ from ansible_collections.kvcache.offload.plugins.module_utils.nvidia_smi import 
     parse_topology,
     read_pci_devices,
 )
+from ansible_collections.kvcache.offload.plugins.module_utils.shared_args import timeout_spec
 
 MESSAGES = {
     "no_nvidia_smi": "nvidia-smi is not installed: no NVIDIA driver on this host.",
@@ -194,7 +195,7 @@ MESSAGES = {
 
 def run_smi(module, binary, args):
     """Run nvidia-smi with a timeout; returns (rc, combined output)."""
-    cmd = ["timeout", str(module.params["timeout"]), binary] + args
+    cmd = ["timeout", "%g" % module.params["timeout"], binary] + args
     if not module.get_bin_path("timeout"):
         cmd = [binary] + args
     rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
@@ -242,16 +243,20 @@ def gather(module):
                        status="ok", nvidia_smi=binary)
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            nvidia_smi_path=dict(type="path"),
-            pci_devices_path=dict(type="path", default="/sys/bus/pci/devices"),
-            timeout=dict(type="int", default=30),
-            topology=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
+def argument_spec():
+    spec = dict(
+        nvidia_smi_path=dict(type="path"),
+        pci_devices_path=dict(type="path", default="/sys/bus/pci/devices"),
+        topology=dict(type="bool", default=True),
     )
+    spec.update(timeout_spec(30.0))
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    if module.params["timeout"] <= 0:
+        module.fail_json(msg="timeout must be positive")
     facts = gather(module)
     module.exit_json(changed=False, ansible_facts={"gpu_facts": facts})
 

@@ -196,10 +196,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvcache.offload.plugins.module_utils.envfile import parse_env_text
 from ansible_collections.kvcache.offload.plugins.module_utils.lmcache_probe import SCRIPT, parse_output
+from ansible_collections.kvcache.offload.plugins.module_utils.shared_args import timeout_spec
 
 
 def argument_spec():
-    return dict(
+    spec = dict(
         python=dict(type="path", required=True),
         config_file=dict(type="path", required=True),
         action=dict(type="str", required=True, choices=["store", "load"]),
@@ -209,8 +210,9 @@ def argument_spec():
         environment=dict(type="dict", default={}, no_log=True),
         env_files=dict(type="list", elements="path", default=[]),
         run_as=dict(type="str"),
-        timeout=dict(type="float", default=120.0),
     )
+    spec.update(timeout_spec(120.0))
+    return spec
 
 
 def _tail(text, lines=30):

@@ -53,33 +53,19 @@ options:
     type: list
     elements: str
     default: []
-  api_key:
-    description:
-      - Bearer token for pages behind authentication. vLLM's /metrics is open; most deployments need none.
-    type: str
-  timeout:
-    description:
-      - Seconds to connect and for every read; a whole page must arrive within three times this.
-    type: float
-    default: 10.0
   fail_on_error:
     description:
       - Fail when any URL cannot be fetched or parsed. With V(false) the failure is returned in
         RV(snapshots.error) and the task succeeds.
     type: bool
     default: true
-  validate_certs:
+  timeout:
     description:
-      - Verify TLS certificates.
-    type: bool
-    default: true
-  ca_path:
-    description:
-      - PEM file of CA certificates to trust for HTTPS.
-    type: path
+      - Seconds to connect and for every read; a whole page must arrive within three times this.
 notes:
   - Read-only; runs in check mode as well.
 extends_documentation_fragment:
+  - kvcache.offload.http_client
   - kvcache.offload.read_only
 """
 
@@ -195,27 +181,27 @@ from ansible_collections.kvcache.offload.plugins.module_utils.prom import (
     delta,
     snapshot,
 )
+from ansible_collections.kvcache.offload.plugins.module_utils.shared_args import http_argument_spec
 
 
 def argument_spec():
-    return dict(
+    spec = dict(
         urls=dict(type="list", elements="str", required=True),
         baseline=dict(type="dict"),
         prefixes=dict(type="list", elements="str", default=["vllm:", "lmcache:", "lmcache_mp_", "router:", "vllm_router"]),
         label_filter=dict(type="dict", default={}),
         extra_metrics=dict(type="list", elements="str", default=[]),
-        api_key=dict(type="str", no_log=True),
-        timeout=dict(type="float", default=10.0),
         fail_on_error=dict(type="bool", default=True),
-        validate_certs=dict(type="bool", default=True),
-        ca_path=dict(type="path"),
     )
+    # api_key, headers, timeout, validate_certs, ca_path: the collection's HTTP contract.
+    spec.update(http_argument_spec())
+    return spec
 
 
 def read_one(url, p):
     entry = {"url": url, "ok": False, "status": None, "fetched_at": time.time(), "elapsed": None, "error": None}
     try:
-        status, _headers, body, elapsed = fetch(url, timeout=p["timeout"], api_key=p["api_key"], accept="text/plain",
+        status, _headers, body, elapsed = fetch(url, timeout=p["timeout"], api_key=p["api_key"], headers=p["headers"], accept="text/plain",
                                                 validate_certs=p["validate_certs"], ca_path=p["ca_path"])
     except HttpError as exc:
         entry["error"] = {"kind": exc.kind, "message": exc.message}

@@ -34,25 +34,14 @@ options:
     type: str
     required: true
   endpoint_url:
-    description: S3 endpoint URL with scheme.
-    type: str
     required: true
   access_key:
-    description: S3 access key ID.
-    type: str
     required: true
   secret_key:
-    description: S3 secret access key.
-    type: str
     required: true
   timeout:
-    description: Seconds for the connection and for each answer.
-    type: int
-    default: 30
+    default: 30.0
   addressing_style:
-    description: How the client names the bucket. C(path) works before the endpoint domain's DNS exists.
-    type: str
-    choices: [path, virtual, auto]
     default: path
   rule_id:
     description: ID of the rule this module owns.
@@ -78,6 +67,7 @@ requirements:
   - boto3
 extends_documentation_fragment:
   - kvcache.offload.s3_client
+  - kvcache.offload.s3_client.addressing_style
 """
 
 EXAMPLES = r"""
@@ -108,6 +98,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.kvcache.offload.plugins.module_utils.shared_args import addressing_style_spec, s3_argument_spec
 from ansible_collections.kvcache.offload.plugins.module_utils.tier import make_s3_client
 
 try:
@@ -154,24 +145,24 @@ def wanted_rule(params):
     return rule
 
 
+def argument_spec():
+    spec = dict(
+        bucket=dict(type="str", required=True),
+        rule_id=dict(type="str", default="kvcache-expiration"),
+        prefix=dict(type="str", default=""),
+        expiration_days=dict(type="int"),
+        abort_incomplete_multipart_days=dict(type="int", default=0),
+        state=dict(type="str", default="present", choices=["present", "absent"]),
+    )
+    # endpoint_url, region, keys, timeout, validate_certs, ca_path: the collection's S3 contract.
+    spec.update(s3_argument_spec(timeout=30.0, required=True))
+    spec.update(addressing_style_spec(default="path"))
+    return spec
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            bucket=dict(type="str", required=True),
-            endpoint_url=dict(type="str", required=True),
-            region=dict(type="str", default="us-east-1"),
-            access_key=dict(type="str", required=True, no_log=True),
-            secret_key=dict(type="str", required=True, no_log=True),
-            validate_certs=dict(type="bool", default=True),
-            ca_bundle=dict(type="path"),
-            timeout=dict(type="int", default=30),
-            addressing_style=dict(type="str", default="path", choices=["path", "virtual", "auto"]),
-            rule_id=dict(type="str", default="kvcache-expiration"),
-            prefix=dict(type="str", default=""),
-            expiration_days=dict(type="int"),
-            abort_incomplete_multipart_days=dict(type="int", default=0),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
-        ),
+        argument_spec=argument_spec(),
         required_if=[("state", "present", ["expiration_days"])],
         supports_check_mode=True,
     )
@@ -186,8 +177,8 @@ def main():
     # The collection's one S3 client (module_utils/tier.py): explicit timeouts, bounded retries.
     client = make_s3_client(
         endpoint_url=p["endpoint_url"], region=p["region"], access_key=p["access_key"], secret_key=p["secret_key"],
-        addressing_style=p["addressing_style"], validate_certs=p["validate_certs"], ca_bundle=p["ca_bundle"],
-        connect_timeout=p["timeout"], read_timeout=p["timeout"], retries=3)
+        session_token=p["session_token"], addressing_style=p["addressing_style"], validate_certs=p["validate_certs"],
+        ca_path=p["ca_path"], connect_timeout=p["timeout"], read_timeout=p["timeout"], retries=3)
 
     try:
         try:

@@ -23,26 +23,16 @@ description:
 author:
   - kvcache.offload contributors (@kvcache-offload)
 options:
-  endpoint:
-    description: S3 endpoint URL with scheme, for example C(https://s3.grid.example.com) or C(http://s3.lab.internal:8333).
-    type: str
-    required: true
   bucket:
     description: Bucket name.
     type: str
     required: true
+  endpoint_url:
+    required: true
   access_key:
-    description: S3 access key ID.
-    type: str
     required: true
   secret_key:
-    description: S3 secret access key.
-    type: str
     required: true
-  timeout:
-    description: Seconds for the connection and for the answer.
-    type: int
-    default: 10
 extends_documentation_fragment:
   - kvcache.offload.s3_client
   - kvcache.offload.read_only
@@ -51,7 +41,7 @@ extends_documentation_fragment:
 EXAMPLES = r"""
 - name: Check that every node reaches the bucket by its virtual-hosted name
   kvcache.offload.s3_vhost_probe:
-    endpoint: https://s3.grid.example.com
+    endpoint_url: https://s3.grid.example.com
     bucket: kvcache
     access_key: "{{ kvcache_s3_access_key }}"
     secret_key: "{{ kvcache_s3_secret_key }}"
@@ -96,31 +86,30 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
 from ansible.module_utils.six.moves import http_client
 from ansible_collections.kvcache.offload.plugins.module_utils import s3_sigv4
+from ansible_collections.kvcache.offload.plugins.module_utils.http_client import build_ssl_context
+from ansible_collections.kvcache.offload.plugins.module_utils.shared_args import s3_argument_spec
 
 
 def _local(tag):
     return tag.rsplit("}", 1)[-1]
 
 
+def argument_spec():
+    spec = dict(bucket=dict(type="str", required=True))
+    # endpoint_url, region, keys, timeout, validate_certs, ca_path: the collection's S3 contract.
+    spec.update(s3_argument_spec(required=True))
+    return spec
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            endpoint=dict(type="str", required=True),
-            bucket=dict(type="str", required=True),
-            region=dict(type="str", default="us-east-1"),
-            access_key=dict(type="str", required=True, no_log=True),
-            secret_key=dict(type="str", required=True, no_log=True),
-            validate_certs=dict(type="bool", default=True),
-            ca_bundle=dict(type="path"),
-            timeout=dict(type="int", default=10),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     p = module.params
-    parts = urlsplit(p["endpoint"])
+    parts = urlsplit(p["endpoint_url"])
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        module.fail_json(msg="endpoint %r has no http:// or https:// scheme. Fix: give the full URL, e.g. https://s3.example.com"
-                         % p["endpoint"], url="", host="", addresses=[], status=0, reachable=False)
+        module.fail_json(msg="endpoint_url %r has no http:// or https:// scheme. Fix: give the full URL, e.g. https://s3.example.com"
+                         % p["endpoint_url"], url="", host="", addresses=[], status=0, reachable=False)
+    if p["timeout"] <= 0:
+        module.fail_json(msg="timeout must be positive", url="", host="", addresses=[], status=0, reachable=False)
     default_port = 443 if parts.scheme == "https" else 80
     port = parts.port or default_port
     host = "%s.%s" % (p["bucket"], parts.hostname)
@@ -141,12 +130,11 @@ def main():
     result["addresses"] = sorted(set(info[4][0] for info in infos))
 
     amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    headers = s3_sigv4.sign("GET", host_header, "/", query, p["region"], p["access_key"], p["secret_key"], amz_date)
+    headers = s3_sigv4.sign("GET", host_header, "/", query, p["region"], p["access_key"], p["secret_key"], amz_date,
+                            session_token=p["session_token"])
     if parts.scheme == "https":
-        context = ssl.create_default_context(cafile=p["ca_bundle"]) if p["ca_bundle"] else ssl.create_default_context()
-        if not p["validate_certs"]:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+        # The collection's one TLS setup (module_utils/http_client.py), as for every HTTP module.
+        context = build_ssl_context(p["validate_certs"], p["ca_path"])
         conn = http_client.HTTPSConnection(host, port, timeout=p["timeout"], context=context)
     else:
         conn = http_client.HTTPConnection(host, port, timeout=p["timeout"])
@@ -159,7 +147,7 @@ def main():
         module.fail_json(msg="TLS to %s failed: %s. Fix: the endpoint certificate must cover *.%s (a wildcard SAN), "
                          "and the node must trust its CA." % (host, exc, parts.hostname), **result)
     except (socket.error, socket.timeout, http_client.HTTPException) as exc:
-        module.fail_json(msg="%s resolves to %s but does not answer on port %d within %ds: %s. Fix: check that the "
+        module.fail_json(msg="%s resolves to %s but does not answer on port %d within %gs: %s. Fix: check that the "
                          "name points at the S3 endpoint (load balancer or gateway node) and that port %d is open "
                          "from this node." % (host, ", ".join(result["addresses"]), port, p["timeout"], exc, port),
                          **result)

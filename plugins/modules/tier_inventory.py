@@ -45,33 +45,6 @@ options:
       - Only list keys starting with this prefix.
     type: str
     default: ""
-  endpoint_url:
-    description:
-      - S3 endpoint, for example V(https://s3.storagegrid.example:10443). Omit for AWS.
-    type: str
-  access_key:
-    description:
-      - S3 access key id. Without keys boto3's default credential chain is used.
-    type: str
-  secret_key:
-    description:
-      - S3 secret access key.
-    type: str
-  session_token:
-    description:
-      - S3 session token for temporary credentials.
-    type: str
-  addressing_style:
-    description:
-      - S3 addressing style. LMCache itself only uses virtual-hosted style; listing works with either.
-    type: str
-    choices: [auto, path, virtual]
-    default: auto
-  timeout:
-    description:
-      - Seconds to connect and for every read of an S3 request.
-    type: float
-    default: 10.0
   retries:
     description:
       - Attempts per S3 request (botocore standard retry mode), including the first.
@@ -95,8 +68,12 @@ options:
     type: dict
 notes:
   - Read-only; runs in check mode as well.
+  - With O(backend=s3), omit O(endpoint_url) for AWS; without O(access_key) and O(secret_key) boto3's default
+    credential chain is used. O(addressing_style) does not matter for a listing (LMCache itself only uses
+    virtual-hosted names).
 extends_documentation_fragment:
   - kvcache.offload.s3_client
+  - kvcache.offload.s3_client.addressing_style
   - kvcache.offload.read_only
 """
 
@@ -108,7 +85,7 @@ EXAMPLES = r"""
     bucket: kvcache
     access_key: "{{ kvcache_s3_access_key }}"
     secret_key: "{{ kvcache_s3_secret_key }}"
-    ca_bundle: /etc/ssl/certs/ca-certificates.crt
+    ca_path: /etc/ssl/certs/ca-certificates.crt
     models: ["{{ kvcache_model }}"]
   delegate_to: localhost
   register: tier_before
@@ -200,6 +177,7 @@ error:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.kvcache.offload.plugins.module_utils.shared_args import addressing_style_spec, s3_argument_spec
 from ansible_collections.kvcache.offload.plugins.module_utils.tier import (
     BOTO3_IMPORT_ERROR,
     HAS_BOTO3,
@@ -214,25 +192,20 @@ from ansible_collections.kvcache.offload.plugins.module_utils.tier import (
 
 
 def argument_spec():
-    return dict(
+    spec = dict(
         backend=dict(type="str", required=True, choices=["s3", "fs"]),
         path=dict(type="path"),
         bucket=dict(type="str"),
         prefix=dict(type="str", default=""),
-        endpoint_url=dict(type="str"),
-        region=dict(type="str", default="us-east-1"),
-        access_key=dict(type="str", no_log=True),
-        secret_key=dict(type="str", no_log=True),
-        session_token=dict(type="str", no_log=True),
-        addressing_style=dict(type="str", choices=["auto", "path", "virtual"], default="auto"),
-        validate_certs=dict(type="bool", default=True),
-        ca_bundle=dict(type="path"),
-        timeout=dict(type="float", default=10.0),
         retries=dict(type="int", default=2),
         max_objects=dict(type="int", default=200000),
         models=dict(type="list", elements="str", default=[]),
         baseline=dict(type="dict"),
     )
+    # endpoint_url, region, keys, timeout, validate_certs, ca_path: the collection's S3 contract.
+    spec.update(s3_argument_spec())
+    spec.update(addressing_style_spec())
+    return spec
 
 
 def main():
@@ -265,7 +238,7 @@ def main():
             client = make_s3_client(
                 endpoint_url=p["endpoint_url"], region=p["region"], access_key=p["access_key"], secret_key=p["secret_key"],
                 session_token=p["session_token"], addressing_style=p["addressing_style"], validate_certs=p["validate_certs"],
-                ca_bundle=p["ca_bundle"], connect_timeout=p["timeout"], read_timeout=p["timeout"], retries=p["retries"],
+                ca_path=p["ca_path"], connect_timeout=p["timeout"], read_timeout=p["timeout"], retries=p["retries"],
             )
             truncated, pages = list_s3(client, p["bucket"], inventory, prefix=p["prefix"], max_objects=p["max_objects"])
             result["pages"] = pages

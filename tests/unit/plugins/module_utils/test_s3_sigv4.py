@@ -27,5 +27,18 @@ def test_signature_matches_botocore(monkeypatch, host, query):
     assert ours["Authorization"] == request.headers["Authorization"]
 
 
+def test_session_token_is_sent_and_signed_like_botocore(monkeypatch):
+    host, query, amz_date = "kvcache.s3.lab.internal:8333", [("list-type", "2")], "20260102T030405Z"
+    ours = s3_sigv4.sign("GET", host, "/", query, "us-east-1", "ASIAEXAMPLE", "secret", amz_date, session_token="tok/en+1")
+
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: datetime.datetime(2026, 1, 2, 3, 4, 5))
+    url = "http://%s/?%s" % (host, s3_sigv4.canonical_query(query))
+    request = AWSRequest(method="GET", url=url, headers={"X-Amz-Content-SHA256": s3_sigv4.EMPTY_SHA256})
+    S3SigV4Auth(Credentials("ASIAEXAMPLE", "secret", "tok/en+1"), "s3", "us-east-1").add_auth(request)
+    assert ours["X-Amz-Security-Token"] == request.headers["X-Amz-Security-Token"] == "tok/en+1"
+    assert ours["Authorization"] == request.headers["Authorization"]
+    assert "x-amz-security-token" in ours["Authorization"]
+
+
 def test_canonical_query_sorts_and_encodes():
     assert s3_sigv4.canonical_query([("b", "x y"), ("a", "1/2")]) == "a=1%2F2&b=x%20y"

@@ -143,3 +143,21 @@ def test_no_nvidia_smi_but_gpu_on_pci(tmp_path, capsys):
     facts = result["ansible_facts"]["gpu_facts"]
     assert facts["status"] == "no_nvidia_smi" and facts["count"] == 0
     assert facts["nvidia_present"] is True and facts["open_kernel_modules_supported"] is False
+
+
+def test_timeout_is_float_seconds_and_positive(tmp_path, capsys, monkeypatch):
+    binary, _log = make_double(tmp_path, "crash")
+    rc, result = run(capsys, {"nvidia_smi_path": binary, "pci_devices_path": str(tmp_path / "none"), "timeout": 0})
+    assert rc == 1 and result["failed"] and "timeout must be positive" in result["msg"]
+
+    commands = []
+    real = gpu_facts.AnsibleModule.run_command
+
+    def recording(self, cmd, *args, **kwargs):
+        commands.append(cmd)
+        return real(self, cmd, *args, **kwargs)
+
+    monkeypatch.setattr(gpu_facts.AnsibleModule, "run_command", recording)
+    monkeypatch.setattr(gpu_facts.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
+    run(capsys, {"nvidia_smi_path": binary, "pci_devices_path": str(tmp_path / "none"), "timeout": 2.5})
+    assert commands and commands[0][:3] == ["timeout", "2.5", binary]

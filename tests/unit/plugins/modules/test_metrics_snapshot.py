@@ -87,3 +87,14 @@ def test_label_filter_and_check_mode(run_module, static_pages):
     result, failed = run_module(metrics_snapshot, {"urls": [url], "label_filter": {"engine": 1}}, check_mode=True)
     assert not failed
     assert result["snapshots"][url]["summary"]["prefix_cache_queries"] == 100
+
+
+def test_key_and_extra_headers_are_sent(run_module, static_pages):
+    # headers is part of the collection's HTTP contract (module_defaults group kvcache.offload.http).
+    static_pages.pages["/m"] = page("vllm_a_before.txt")
+    result, failed = run_module(metrics_snapshot, {"urls": [static_pages.base_url + "/m"], "api_key": "metrics-key",
+                                                   "headers": {"X-Scope-OrgID": "kvcache"}})
+    assert not failed, result.get("msg")
+    sent = static_pages.requests[0]["headers"]
+    assert sent["authorization"] == "Bearer metrics-key" and sent["x-scope-orgid"] == "kvcache"
+    assert "metrics-key" not in str(result)

@@ -35,13 +35,13 @@ def s3(monkeypatch):
 
 def test_the_client_is_the_collections_one_with_the_given_timeout_and_tls(run_module, s3):
     s3.add_response("get_bucket_lifecycle_configuration", {"Rules": [MINE]}, {"Bucket": "kvcache"})
-    result, failed = run_module(s3_lifecycle, dict(ARGS, timeout=7, ca_bundle="/etc/ssl/grid-ca.pem",
+    result, failed = run_module(s3_lifecycle, dict(ARGS, timeout=7, ca_path="/etc/ssl/grid-ca.pem",
                                                    addressing_style="virtual"))
     assert not failed and result["changed"] is False
     assert CLIENT_KWARGS == [{
         "endpoint_url": "http://s3.lab.test:8333", "region": "us-east-1", "access_key": "AK",
-        "secret_key": "SECRETKEY0", "addressing_style": "virtual", "validate_certs": True,
-        "ca_bundle": "/etc/ssl/grid-ca.pem", "connect_timeout": 7, "read_timeout": 7, "retries": 3}]
+        "secret_key": "SECRETKEY0", "session_token": None, "addressing_style": "virtual", "validate_certs": True,
+        "ca_path": "/etc/ssl/grid-ca.pem", "connect_timeout": 7.0, "read_timeout": 7.0, "retries": 3}]
 
 
 def no_config(stubber):

@@ -6,6 +6,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from ansible_collections.kvcache.offload.plugins.module_utils import http_client
 from ansible_collections.kvcache.offload.plugins.modules import s3_vhost_probe
 
 LISTING = (b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
@@ -26,7 +27,8 @@ def endpoint(monkeypatch):
             pass
 
         def do_GET(self):  # noqa: N802
-            seen.append({"host": self.headers["Host"], "path": self.path, "auth": self.headers.get("Authorization", "")})
+            seen.append({"host": self.headers["Host"], "path": self.path, "auth": self.headers.get("Authorization", ""),
+                         "token": self.headers.get("X-Amz-Security-Token")})
             self.send_response(answer["status"])
             self.send_header("Content-Length", str(len(answer["body"])))
             self.end_headers()
@@ -54,7 +56,7 @@ def endpoint(monkeypatch):
 
 
 def args(where, **extra):
-    data = {"endpoint": where["url"], "bucket": "kvcache", "access_key": "AKPROBE", "secret_key": "probe-secret-000"}
+    data = {"endpoint_url": where["url"], "bucket": "kvcache", "access_key": "AKPROBE", "secret_key": "probe-secret-000"}
     data.update(extra)
     return data
 
@@ -72,7 +74,7 @@ def test_bucket_answers_by_its_virtual_hosted_name(run_module, endpoint):
 
 
 def test_name_that_does_not_resolve(run_module, endpoint):
-    result, failed = run_module(s3_vhost_probe, args(endpoint, endpoint=endpoint["url"].replace("s3.lab.test", "nowhere.test")))
+    result, failed = run_module(s3_vhost_probe, args(endpoint, endpoint_url=endpoint["url"].replace("s3.lab.test", "nowhere.test")))
     assert failed and result["reachable"] is False
     assert "does not resolve" in result["msg"] and "*.nowhere.test" in result["msg"]
 
@@ -97,11 +99,40 @@ def test_missing_bucket(run_module, endpoint):
 
 
 def test_nothing_listening(run_module, endpoint):
-    result, failed = run_module(s3_vhost_probe, args(endpoint, endpoint="http://s3.lab.test:1", timeout=2))
+    result, failed = run_module(s3_vhost_probe, args(endpoint, endpoint_url="http://s3.lab.test:1", timeout=2))
     assert failed and "does not answer" in result["msg"]
 
 
 def test_endpoint_without_scheme(run_module):
-    result, failed = run_module(s3_vhost_probe, {"endpoint": "s3.lab.test:8333", "bucket": "kvcache",
+    result, failed = run_module(s3_vhost_probe, {"endpoint_url": "s3.lab.test:8333", "bucket": "kvcache",
                                                  "access_key": "a", "secret_key": "b"})
     assert failed and "scheme" in result["msg"]
+
+
+def test_https_uses_the_collections_tls_context_and_sends_the_session_token(run_module, endpoint, monkeypatch):
+    # One TLS setup for every module: the one of module_utils/http_client.py.
+    assert s3_vhost_probe.build_ssl_context is http_client.build_ssl_context
+    made = {}
+
+    def fake_context(validate_certs, ca_path):
+        made.update(validate_certs=validate_certs, ca_path=ca_path)
+        return "the-context"
+
+    def https(host, port, timeout, context):
+        made["context"] = context
+        return s3_vhost_probe.http_client.HTTPConnection(host, port, timeout=timeout)  # plain HTTP to the local server
+
+    monkeypatch.setattr(s3_vhost_probe, "build_ssl_context", fake_context)
+    monkeypatch.setattr(s3_vhost_probe.http_client, "HTTPSConnection", https)
+    result, failed = run_module(s3_vhost_probe, args(endpoint, endpoint_url=endpoint["url"].replace("http:", "https:"),
+                                                     validate_certs=False, ca_path="/etc/ssl/grid-ca.pem",
+                                                     session_token="temporary-token"))
+    assert not failed, result["msg"]
+    assert made == {"validate_certs": False, "ca_path": "/etc/ssl/grid-ca.pem", "context": "the-context"}
+    request = endpoint["seen"][0]
+    assert request["token"] == "temporary-token" and "x-amz-security-token" in request["auth"]
+
+
+def test_timeout_must_be_positive(run_module, endpoint):
+    result, failed = run_module(s3_vhost_probe, args(endpoint, timeout=0))
+    assert failed and "timeout must be positive" in result["msg"] and not endpoint["seen"]

@@ -79,7 +79,7 @@ def test_s3_inventory_with_stubber(run_module, monkeypatch):
     result, failed = run_module(tier_inventory, {
         "backend": "s3", "bucket": "kvcache", "endpoint_url": "https://s3.grid.test:10443", "access_key": "AKIDEXAMPLE",
         "secret_key": "wJalrXUtnFEMI-secret", "addressing_style": "virtual", "timeout": 3, "retries": 1,
-        "ca_bundle": "/etc/ssl/certs/ca-certificates.crt", "models": ["Qwen/Qwen3-8B"]})
+        "ca_path": "/etc/ssl/certs/ca-certificates.crt", "models": ["Qwen/Qwen3-8B"]})
     assert not failed, result.get("msg")
     assert result["objects"] == 2
     assert result["models"]["Qwen/Qwen3-8B"]["world_sizes"] == [2]
@@ -87,7 +87,7 @@ def test_s3_inventory_with_stubber(run_module, monkeypatch):
     assert result["location"] == "s3://kvcache/ (https://s3.grid.test:10443)"
     kw = made["kwargs"]
     assert (kw["connect_timeout"], kw["read_timeout"], kw["retries"], kw["addressing_style"]) == (3, 3, 1, "virtual")
-    assert kw["ca_bundle"] == "/etc/ssl/certs/ca-certificates.crt"
+    assert kw["ca_path"] == "/etc/ssl/certs/ca-certificates.crt"
     assert "wJalrXUtnFEMI-secret" not in json.dumps(result)
 
 
