@@ -153,51 +153,50 @@ def _type(spec):
     return kind
 
 
-def option_rows(options, prefix=""):
-    """One row per option, suboptions after their parent as parent.child (parent[].child for lists)."""
+def _walk(specs, row, children, prefix=""):
+    """One row per entry, nested entries after their parent as parent.child (parent[].child for lists)."""
     rows = []
-    for name in sorted(options or {}):
-        spec = options[name] or {}
+    for name in sorted(specs or {}):
+        spec = specs[name] or {}
         full = prefix + name
-        notes = []
-        if spec.get("no_log"):
-            notes.append("secret (no_log)")
-        if spec.get("version_added") and not prefix:
-            notes.append("added in %s" % spec["version_added"])
-        text = "<br><br>".join(paragraphs(spec.get("description")))
-        if notes:
-            text = (text + "<br><br>" if text else "") + "*%s*" % "; ".join(notes)
-        rows.append([
-            code(full),
-            _type(spec),
-            "yes" if spec.get("required") else "",
-            value(spec["default"]) if "default" in spec and spec["default"] is not None else "",
+        rows.append(row(full, spec, prefix))
+        nested = children(spec)
+        if nested:
+            rows.extend(_walk(nested, row, children, full + ("[]." if spec.get("type") == "list" else ".")))
+    return rows
+
+
+def _given(spec, key):
+    return value(spec[key]) if spec.get(key) is not None else ""
+
+
+def _option_row(full, spec, prefix):
+    notes = []
+    if spec.get("no_log"):
+        notes.append("secret (no_log)")
+    if spec.get("version_added") and not prefix:
+        notes.append("added in %s" % spec["version_added"])
+    text = "<br><br>".join(paragraphs(spec.get("description")))
+    if notes:
+        text = (text + "<br><br>" if text else "") + "*%s*" % "; ".join(notes)
+    return [code(full), _type(spec), "yes" if spec.get("required") else "", _given(spec, "default"),
             ", ".join(value(c) for c in spec.get("choices") or []),
-            ", ".join(code(a) for a in spec.get("aliases") or []),
-            text,
-        ])
-        sub = spec.get("options") or spec.get("suboptions")
-        if sub:
-            rows.extend(option_rows(sub, full + ("[]." if spec.get("type") == "list" else ".")))
-    return rows
+            ", ".join(code(a) for a in spec.get("aliases") or []), text]
 
 
-def return_rows(returns, prefix=""):
-    rows = []
-    for name in sorted(returns or {}):
-        spec = returns[name] or {}
-        full = prefix + name
-        text = "<br><br>".join(paragraphs(spec.get("description")))
-        rows.append([
-            code(full),
-            _type(spec),
-            markup(spec.get("returned", "")),
-            value(spec["sample"]) if "sample" in spec and spec["sample"] is not None else "",
-            text,
-        ])
-        if spec.get("contains"):
-            rows.extend(return_rows(spec["contains"], full + ("[]." if spec.get("type") == "list" else ".")))
-    return rows
+def _return_row(full, spec, prefix):  # pylint: disable=unused-argument
+    return [code(full), _type(spec), markup(spec.get("returned", "")), _given(spec, "sample"),
+            "<br><br>".join(paragraphs(spec.get("description")))]
+
+
+def option_rows(options):
+    """Rows of the option table, suboptions after their parent."""
+    return _walk(options, _option_row, lambda spec: spec.get("options") or spec.get("suboptions"))
+
+
+def return_rows(returns):
+    """Rows of the return value table, `contains` after its parent."""
+    return _walk(returns, _return_row, lambda spec: spec.get("contains"))
 
 
 def table(header, rows):
