@@ -55,6 +55,8 @@ def main():
         os.environ["LMCACHE_CONFIG_FILE"] = args["config_file"]
     out = {"action": args["action"], "probe_id": args["probe_id"]}
     started = time.monotonic()
+    if args.get("mode") == "multiprocess":
+        return l2_probe(args, out, started)
     try:
         import torch
         import lmcache
@@ -126,6 +128,104 @@ def main():
         emit(out)
         if manager is not None:
             close_bounded(manager, CLOSE_TIMEOUT)
+    return 0
+
+
+def l2_probe(args, out, started):
+    """Multiprocess mode: the same through the L2 adapter of the node's `lmcache server`,
+    built from the server's own --l2-adapter JSON (LMCACHE_L2_ADAPTER in its env file) with
+    LMCache's adapter factory: the storage code the server runs. Store writes one object
+    (LMCache's 0.5.6 `basic_check --mode test_l2_adapter` calls), load looks it up and reads
+    it back."""
+    adapter = None
+    try:
+        import argparse
+        import select
+        import torch
+        import lmcache
+        from lmcache.v1.distributed.api import ObjectKey
+        from lmcache.v1.distributed.internal_api import L1MemoryDesc
+        from lmcache.v1.distributed.l2_adapters import create_l2_adapter
+        from lmcache.v1.distributed.l2_adapters.config import parse_args_to_l2_adapters_config
+        from lmcache.v1.memory_management import MemoryFormat, MemoryObjMetadata, TensorMemoryObj
+        from lmcache.v1.platform import consume_fd
+    except Exception as exc:  # noqa
+        out.update(ok=False, stage="import", error="%s: %s" % (type(exc).__name__, exc))
+        emit(out)
+        return 0
+    out["lmcache_version"] = getattr(lmcache, "__version__", None)
+
+    def wait(efd):
+        poller = select.poll()
+        poller.register(efd, select.POLLIN)
+        if not poller.poll(int(args["timeout"] * 1000)):
+            raise TimeoutError("the L2 adapter did not answer within %s s" % args["timeout"])
+        try:
+            consume_fd(efd)
+        except BlockingIOError:
+            pass
+
+    try:
+        spec = os.environ.get("LMCACHE_L2_ADAPTER") or ""
+        if not spec:
+            out.update(ok=False, stage="connect", error="no LMCACHE_L2_ADAPTER in the server's env file (l2 adapter)")
+            emit(out)
+            return 0
+        cfg = parse_args_to_l2_adapters_config(argparse.Namespace(l2_adapter=[spec]))
+        out["remote_storage_plugins"] = [json.loads(spec).get("type")]
+        size = 256 * 1024  # float32 elements: a 1 MiB object
+        buffer = torch.empty(2 * size, dtype=torch.float32)
+        adapter = create_l2_adapter(cfg.adapters[0], l1_memory_desc=L1MemoryDesc(
+            ptr=buffer.data_ptr(), size=buffer.numel() * buffer.element_size(), align_bytes=buffer.element_size()))
+        out["connector"] = type(adapter).__name__
+        digest = hashlib.sha256(("kvcache.offload-probe-" + args["probe_id"]).encode()).digest()
+        key = ObjectKey(chunk_hash=digest[:16], model_name=args["model"], kv_rank=0)
+        out["key"] = "%s@%s" % (args["model"], digest[:16].hex())
+
+        def memory_obj(index):
+            raw = buffer[index * size:(index + 1) * size]
+            meta = MemoryObjMetadata(shape=torch.Size([size]), dtype=torch.float32, address=raw.data_ptr(),
+                                     phy_size=size * raw.element_size(), fmt=MemoryFormat.KV_2LTD, ref_count=1)
+            return raw, TensorMemoryObj(raw, meta, parent_allocator=None)
+
+        if args["action"] == "store":
+            raw, obj = memory_obj(0)
+            gen = torch.Generator().manual_seed(int(hashlib.sha256(args["probe_id"].encode()).hexdigest()[:15], 16))
+            raw.copy_(torch.randn(raw.shape, generator=gen, dtype=torch.float32))
+            data = raw.numpy().tobytes()
+            out.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+            task = adapter.submit_store_task([key], [obj])
+            wait(adapter.get_store_event_fd())
+            done = adapter.pop_completed_store_tasks().get(task)
+            out["ok"] = bool(done is not None and done.is_successful())
+            if not out["ok"]:
+                out.update(stage="store", error="the L2 adapter did not store the object")
+        else:
+            task = adapter.submit_lookup_and_lock_task([key], {})
+            wait(adapter.get_lookup_and_lock_event_fd())
+            found = adapter.query_lookup_and_lock_result(task)
+            out["exists"] = bool(found is not None and found.test(0))
+            if not out["exists"]:
+                out.update(ok=False, stage="lookup", error="the object is not in the L2 tier")
+            else:
+                raw, obj = memory_obj(1)
+                raw.fill_(0.0)
+                task = adapter.submit_load_task([key], [obj])
+                wait(adapter.get_load_event_fd())
+                loaded = adapter.query_load_result(task)
+                adapter.submit_unlock([key])
+                if loaded is None or not loaded.test(0):
+                    out.update(ok=False, stage="load", error="the L2 adapter did not load the object")
+                else:
+                    data = raw.numpy().tobytes()
+                    out.update(ok=True, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    except Exception as exc:  # noqa
+        out.update(ok=False, stage=out.get("stage") or "storage", error="%s: %s" % (type(exc).__name__, exc))
+    finally:
+        out["elapsed"] = time.monotonic() - started
+        emit(out)
+        if adapter is not None:
+            close_bounded(adapter, CLOSE_TIMEOUT)
     return 0
 
 

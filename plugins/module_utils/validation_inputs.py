@@ -59,9 +59,6 @@ def instances_raw(validated):
 
 def lmcache_probe_raw(run, validated, settings, expected):
     """Stage 6 from the nodes' registered store and loads, or why it did not run."""
-    if (expected or {}).get("lmcache_mode", "inprocess") != "inprocess":
-        return _skip("the LMCache storage probe covers in-process mode configs only (kvcache_lmcache_mode is %s)"
-                     % expected.get("lmcache_mode"))
     if len(validated) < 2:
         return _skip("fewer than two validated nodes in %s (nothing to load on another node)"
                      % settings.get("node_group", "the node group"))

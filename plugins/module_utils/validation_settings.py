@@ -136,6 +136,8 @@ def lmcache_settings(text):
     if text is None:
         out["error"] = "missing"
         return out
+    if "LMCACHE_SERVER_ARGS=" in text:
+        return lmcache_server_settings(text, out)
     if not HAS_YAML:  # pragma: no cover
         out["error"] = "PyYAML is not installed on the controller"
         return out
@@ -155,6 +157,35 @@ def lmcache_settings(text):
     out["fs_base_path"] = extra.get("remote_storage_plugin.fs.base_path") if isinstance(extra, dict) else None
     out["pre_caching_hash_algorithm"] = data.get("pre_caching_hash_algorithm", "builtin")
     out["local_cpu"] = data.get("local_cpu")
+    return out
+
+
+def lmcache_server_settings(text, out):
+    """The same keys from the multiprocess server's env file (LMCACHE_SERVER_ARGS, LMCACHE_L2_ADAPTER)."""
+    env = parse_env_text(text)
+    args = shlex.split(env.get("LMCACHE_SERVER_ARGS") or "")
+
+    def flag(name, default=None):
+        return args[args.index(name) + 1] if name in args and args.index(name) + 1 < len(args) else default
+
+    try:
+        adapter = json.loads(env.get("LMCACHE_L2_ADAPTER") or "{}")
+    except ValueError as exc:
+        out["error"] = "LMCACHE_L2_ADAPTER is not JSON: %s" % exc
+        return out
+    try:
+        out["chunk_size"] = int(flag("--chunk-size", 256))
+    except ValueError:
+        out["error"] = "--chunk-size is not a number: %s" % flag("--chunk-size")
+        return out
+    out["readable"] = True
+    out["mode"] = "multiprocess"
+    out["remote_storage_plugins"] = [adapter.get("type")] if adapter.get("type") else None
+    out["fs_base_path"] = adapter.get("base_path")
+    out["remote_url"] = ("s3://%s" % adapter["s3_endpoint"]) if adapter.get("s3_endpoint") else None
+    # the server's own default (lmcache 0.5.6: blake3) unless given
+    out["pre_caching_hash_algorithm"] = flag("--hash-algorithm", "server default")
+    out["local_cpu"] = True
     return out
 
 

@@ -31,11 +31,26 @@ options:
       - Interpreter of the venv LMCache is installed in, for example V(/opt/kvcache/venv/bin/python).
     type: path
     required: true
+  mode:
+    description:
+      - V(inprocess) probes the remote backend of the node's LMCache config (O(config_file)), the storage code vLLM's
+        in-process connector runs.
+      - V(multiprocess) probes the L2 adapter of the node's C(lmcache server), built with LMCache's adapter factory from
+        the server's own C(--l2-adapter) JSON (C(LMCACHE_L2_ADAPTER) in O(server_env_file)), which is the storage code
+        the server runs.
+    type: str
+    choices: [inprocess, multiprocess]
+    default: inprocess
   config_file:
     description:
-      - The node's LMCache configuration file (what C(LMCACHE_CONFIG_FILE) points to for vLLM).
+      - The node's LMCache configuration file (what C(LMCACHE_CONFIG_FILE) points to for vLLM). Required with
+        O(mode=inprocess).
     type: path
-    required: true
+  server_env_file:
+    description:
+      - With O(mode=multiprocess), the C(lmcache server)'s environment file; only its C(LMCACHE_L2_ADAPTER) is read.
+    type: path
+    default: /etc/kvcache/lmcache-server.env
   action:
     description:
       - V(store) writes the chunk, V(load) reads it back.
@@ -202,7 +217,9 @@ from ansible_collections.kvcache.offload.plugins.module_utils.shared_args import
 def argument_spec():
     spec = dict(
         python=dict(type="path", required=True),
-        config_file=dict(type="path", required=True),
+        mode=dict(type="str", default="inprocess", choices=["inprocess", "multiprocess"]),
+        config_file=dict(type="path"),
+        server_env_file=dict(type="path", default="/etc/kvcache/lmcache-server.env"),
         action=dict(type="str", required=True, choices=["store", "load"]),
         probe_id=dict(type="str", required=True),
         model=dict(type="str", default="kvcache-offload-probe"),
@@ -220,7 +237,8 @@ def _tail(text, lines=30):
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
+                           required_if=[("mode", "inprocess", ("config_file",))])
     p = module.params
     result = dict(changed=False, probe_id=p["probe_id"], action=p["action"], ok=False)
     if p["timeout"] <= 0:
@@ -230,7 +248,18 @@ def main():
     if not os.access(p["python"], os.X_OK):
         result.update(stage="program", error="%s is not an executable interpreter" % p["python"])
         module.fail_json(msg="cannot run the LMCache probe: %s" % result["error"], **result)
-    if not os.path.isfile(p["config_file"]):
+    l2_adapter = None
+    if p["mode"] == "multiprocess":
+        try:
+            with open(p["server_env_file"]) as handle:
+                l2_adapter = parse_env_text(handle.read()).get("LMCACHE_L2_ADAPTER")
+        except (IOError, OSError) as exc:
+            result.update(stage="program", error="cannot read the LMCache server's env file: %s" % exc)
+            module.fail_json(msg="cannot run the LMCache probe: %s" % result["error"], **result)
+        if not l2_adapter:
+            result.update(stage="connect", error="no LMCACHE_L2_ADAPTER in %s" % p["server_env_file"])
+            module.fail_json(msg="cannot run the LMCache probe: %s" % result["error"], **result)
+    elif not os.path.isfile(p["config_file"]):
         result.update(stage="program", error="LMCache config %s does not exist" % p["config_file"])
         module.fail_json(msg="cannot run the LMCache probe: %s" % result["error"], **result)
     if module.check_mode and p["action"] == "store":
@@ -238,7 +267,7 @@ def main():
         module.exit_json(**result)
 
     args = {"action": p["action"], "probe_id": p["probe_id"], "model": p["model"], "config_file": p["config_file"],
-            "timeout": p["timeout"]}
+            "timeout": p["timeout"], "mode": p["mode"]}
     env = {}
     for path in p["env_files"]:
         try:
@@ -253,6 +282,8 @@ def main():
         env.update(values)
     env.update((str(k), str(v)) for k, v in p["environment"].items())
     env.update(LMCACHE_TRACK_USAGE="false", DO_NOT_TRACK="1", VLLM_NO_USAGE_STATS="1")
+    if l2_adapter:
+        env["LMCACHE_L2_ADAPTER"] = l2_adapter
     prefix = []
     if p["run_as"]:
         runuser = module.get_bin_path("runuser")

@@ -44,3 +44,18 @@ def test_fs_mount_state_from_findmnt():
     assert fs_mount_state("/mnt/kvcache", {"rc": 0, "stdout": below}, None)["is_mount"] is False
     assert fs_mount_state("/mnt/kvcache", {"rc": 1, "stdout": ""}, None)["exists"] is False
     assert fs_mount_state("/mnt/kvcache", {"skipped": True}, {"skipped": True})["checked"] is False
+
+
+def test_the_multiprocess_servers_env_file_gives_the_same_keys():
+    from ansible_collections.kvcache.offload.plugins.module_utils.validation_settings import lmcache_settings
+    text = ("LMCACHE_SERVER_ARGS=--host 127.0.0.1 --port 5555 --chunk-size 512 --l1-size-gb 1.0 --eviction-policy LRU "
+            "--supported-transfer-mode auto --http-host 127.0.0.1 --http-port 8080\n"
+            "LMCACHE_L2_ADAPTER='{\"type\":\"fs\",\"base_path\":\"/mnt/kvcache\"}'\nPYTHONHASHSEED=123\n")
+    got = lmcache_settings(text)
+    assert got["readable"] and got["error"] is None
+    assert (got["chunk_size"], got["remote_storage_plugins"], got["fs_base_path"], got["mode"]) == (
+        512, ["fs"], "/mnt/kvcache", "multiprocess")
+    s3 = lmcache_settings(text.replace('{\"type\":\"fs\",\"base_path\":\"/mnt/kvcache\"}',
+                                       '{\"type\":\"s3\",\"s3_endpoint\":\"b.s3.lab:8333\"}'))
+    assert s3["remote_url"] == "s3://b.s3.lab:8333" and s3["remote_storage_plugins"] == ["s3"]
+    assert lmcache_settings(text.replace("--chunk-size 512", "--chunk-size big"))["readable"] is False
