@@ -25,9 +25,7 @@ CAUSES = {
                          "The instance accepted the connection but did not answer in time: look at its load and journal."),
     "engine_failed": ("error", ("instances", "local_hit", "cross_instance", "router"),
                       "The engine failed while serving the request (journalctl -u 'kvcache-vllm@*' on the node); systemd "
-                      "restarts it. With vLLM's ExampleConnector (the lab's stand-in) a prompt longer than one prefill "
-                      "chunk (max_num_batched_tokens, 2048 tokens on CPU) is saved partially and the instance that loads "
-                      "it crashes: keep validation_prefix_tokens so the prompt fits one chunk."),
+                      "restarts it."),
     "api_key_rejected": ("error", ("instances",),
                          "The instance refused the fleet's API key: re-run the nodes stage so every instance has "
                          "kvcache_api_key, or pass the right key (validation_api_key)."),

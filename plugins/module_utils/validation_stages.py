@@ -415,8 +415,8 @@ def eval_cross_instance(stage, raw, causes, settings):
     if blocking:
         problems.append("configuration breaks sharing between instances: %s" % ", ".join(blocking))
         if measured_ok:
-            problems.append("(measured: %s external KV tokens; a connector that keys by token content, such as the "
-                            "lab's ExampleConnector, still shares, LMCache's keys do not)" % external)
+            problems.append("(measured: %s external KV tokens now; instances started with different settings stop "
+                            "sharing under LMCache's keys when they restart)" % external)
     if problems:
         stage["status"] = FAIL
         stage["reason"] = "; ".join(problems)

@@ -174,4 +174,4 @@ def test_engine_crash_on_load_is_named():
     report = build(inputs)
     s4 = stage(report, "cross_instance")
     assert s4["status"] == "fail" and s4["causes"] == ["engine_failed"]
-    assert "prefill" in [c for c in report["causes"] if c["id"] == "engine_failed"][0]["fix"]
+    assert "journalctl" in [c for c in report["causes"] if c["id"] == "engine_failed"][0]["fix"]
