@@ -55,11 +55,15 @@ def main():
         os.environ["LMCACHE_CONFIG_FILE"] = args["config_file"]
     out = {"action": args["action"], "probe_id": args["probe_id"]}
     started = time.monotonic()
-    if args.get("mode") == "multiprocess":
-        return l2_probe(args, out, started)
     try:
         import torch
         import lmcache
+    except Exception as exc:  # noqa
+        return import_failed(out, exc)
+    out["lmcache_version"] = getattr(lmcache, "__version__", None)
+    if args.get("mode") == "multiprocess":
+        return l2_probe(args, out, started, torch)
+    try:
         from lmcache.integration.vllm.utils import lmcache_get_or_create_config
         from lmcache.v1.check.utils import create_test_key, find_remote_backend
         from lmcache.v1.event_manager import EventManager
@@ -67,10 +71,7 @@ def main():
         from lmcache.v1.storage_backend.storage_manager import StorageManager
         from lmcache.v1.storage_backend.connector import InstrumentedRemoteConnector
     except Exception as exc:  # noqa
-        out.update(ok=False, stage="import", error="%s: %s" % (type(exc).__name__, exc))
-        emit(out)
-        return 0
-    out["lmcache_version"] = getattr(lmcache, "__version__", None)
+        return import_failed(out, exc)
     manager = None
     try:
         config = lmcache_get_or_create_config()
@@ -122,27 +123,40 @@ def main():
                     data = bytes(obj.byte_array)
                     out.update(ok=True, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
     except Exception as exc:  # noqa
-        out.update(ok=False, stage=out.get("stage") or "storage", error="%s: %s" % (type(exc).__name__, exc))
+        storage_error(out, exc)
     finally:
-        out["elapsed"] = time.monotonic() - started
-        emit(out)
-        if manager is not None:
-            close_bounded(manager, CLOSE_TIMEOUT)
+        settle(out, started, manager)
     return 0
 
 
-def l2_probe(args, out, started):
+def storage_error(out, exc):
+    out.update(ok=False, stage=out.get("stage") or "storage", error="%s: %s" % (type(exc).__name__, exc))
+
+
+def settle(out, started, closable):
+    """Print the result, then close LMCache's object for at most CLOSE_TIMEOUT seconds."""
+    out["elapsed"] = time.monotonic() - started
+    emit(out)
+    if closable is not None:
+        close_bounded(closable, CLOSE_TIMEOUT)
+
+
+def import_failed(out, exc):
+    out.update(ok=False, stage="import", error="%s: %s" % (type(exc).__name__, exc))
+    emit(out)
+    return 0
+
+
+def l2_probe(args, out, started, torch):
     """Multiprocess mode: the same through the L2 adapter of the node's `lmcache server`,
     built from the server's own --l2-adapter JSON (LMCACHE_L2_ADAPTER in its env file) with
     LMCache's adapter factory: the storage code the server runs. Store writes one object
     (LMCache's 0.5.6 `basic_check --mode test_l2_adapter` calls), load looks it up and reads
     it back."""
+    import argparse
+    import select
     adapter = None
     try:
-        import argparse
-        import select
-        import torch
-        import lmcache
         from lmcache.v1.distributed.api import ObjectKey
         from lmcache.v1.distributed.internal_api import L1MemoryDesc
         from lmcache.v1.distributed.l2_adapters import create_l2_adapter
@@ -150,10 +164,7 @@ def l2_probe(args, out, started):
         from lmcache.v1.memory_management import MemoryFormat, MemoryObjMetadata, TensorMemoryObj
         from lmcache.v1.platform import consume_fd
     except Exception as exc:  # noqa
-        out.update(ok=False, stage="import", error="%s: %s" % (type(exc).__name__, exc))
-        emit(out)
-        return 0
-    out["lmcache_version"] = getattr(lmcache, "__version__", None)
+        return import_failed(out, exc)
 
     def wait(efd):
         poller = select.poll()
@@ -220,12 +231,9 @@ def l2_probe(args, out, started):
                     data = raw.numpy().tobytes()
                     out.update(ok=True, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
     except Exception as exc:  # noqa
-        out.update(ok=False, stage=out.get("stage") or "storage", error="%s: %s" % (type(exc).__name__, exc))
+        storage_error(out, exc)
     finally:
-        out["elapsed"] = time.monotonic() - started
-        emit(out)
-        if adapter is not None:
-            close_bounded(adapter, CLOSE_TIMEOUT)
+        settle(out, started, adapter)
     return 0
 
 
