@@ -178,3 +178,27 @@ def test_run_as_needs_root(run_module, node, monkeypatch):
     result, failed = run_module(lmcache_storage_probe, args("store", run_as="kvcache"))
     assert failed and "run_as needs root" in result["error"]
     assert calls() == []
+
+
+def test_multiprocess_mode_reads_the_servers_l2_adapter_only(run_module, node, tmp_path):
+    """mode=multiprocess takes LMCACHE_L2_ADAPTER from the server's env file (nothing else of it)
+    and runs the L2 path: with the fake LMCache (no lmcache.v1.distributed) it stops at the import
+    of LMCache's L2 adapter factory, named in the result."""
+    args = node[0]("store", mode="multiprocess")
+    del args["config_file"]
+    server_env = tmp_path / "lmcache-server.env"
+    server_env.write_text("LMCACHE_SERVER_ARGS=--chunk-size 256\nLMCACHE_L2_ADAPTER='{\"type\":\"fs\",\"base_path\":\"/x\"}'\n")
+    args.update(mode="multiprocess", server_env_file=str(server_env))
+    result, failed = run_module(lmcache_storage_probe, args)
+    assert failed and result["stage"] == "import", result
+    assert "lmcache.v1.distributed" in result["error"], result
+    server_env.write_text("LMCACHE_SERVER_ARGS=--chunk-size 256\n")
+    result, failed = run_module(lmcache_storage_probe, args)
+    assert failed and result["stage"] == "connect" and "LMCACHE_L2_ADAPTER" in result["error"], result
+
+
+def test_inprocess_mode_needs_the_config_file(run_module, node):
+    args = node[0]("store")
+    del args["config_file"]
+    result, failed = run_module(lmcache_storage_probe, args)
+    assert failed and "config_file" in result["msg"], result
