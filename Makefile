@@ -28,7 +28,7 @@ export LMCACHE_TRACK_USAGE := false
 export ANSIBLE_LINT_SKIP_SCHEMA_UPDATE := 1
 export ANSIBLE_LINT_NODEPS := 0
 
-.PHONY: help venv collection docker image check lint sanity unit docs docs-check molecule integration test lab lab-test lab-down bench clean
+.PHONY: help venv collection docker image check lint sanity unit docs docs-check molecule integration gpu-contract test lab lab-test lab-down bench clean
 
 # Every scenario in molecule/; `make molecule MOLECULE_SCENARIOS="nodes router"` runs some.
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
@@ -89,10 +89,15 @@ integration: venv ## ONTAP / StorageGRID roles against recording test doubles of
 	@echo "==> integration tests (management API test doubles)"
 	@python -m pytest tests/integration -q -p no:cacheprovider -o testpaths=tests/integration --ignore=tests/integration/lab
 
-test: ## Everything CI runs: check, molecule, integration, the lab end to end
+# GPU_CONTRACT_PAIR=<vllm>,<lmcache> checks a candidate pair instead of the matrix's cuda pins.
+gpu-contract: venv ## The GPU path without a GPU: rendered settings against the CUDA builds of the pinned vLLM and LMCache (docs/gpu-acceptance.md)
+	@scripts/gpu-contract.sh
+
+test: ## Everything CI runs: check, molecule, integration, the GPU contract, the lab end to end
 	@$(MAKE) --no-print-directory check
 	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_CI_SCENARIOS)"
 	@$(MAKE) --no-print-directory integration
+	@$(MAKE) --no-print-directory gpu-contract
 	@$(MAKE) --no-print-directory lab-test
 
 lab: venv image ## Bring the lab up and run site.yml on it
