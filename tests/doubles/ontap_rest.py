@@ -1,174 +1,445 @@
-"""Test double of ONTAP's REST API for the calls the ontap_nfs role makes.
+"""Test double of ONTAP's REST API, as strict as a cluster for the calls the roles make.
 
-Models one cluster (ONTAP 9.14.1) with one SVM, one aggregate and one data LIF, and
-the collections the role touches: NFS services, export policies and their rules,
-volumes, IP interfaces. Every request is recorded (see recorder.py). Anything it
-does not know answers 404 with an ONTAP-style error, so an unexpected call shows up
-in the recorded sequence and fails the test.
+Models one two-node cluster at a claimed ONTAP release: SVMs (looked up by name, each
+with its root volume and the `default` export policy that volume uses), aggregates with
+their home node, volumes (`nas.uid/gid/unix_permissions`, export policy, junction path,
+FlexVol or FlexGroup), export policies and rules, the NFS service (v4.1, pNFS, trunking,
+transfer size), data LIFs with `rdma_protocols` and their home node, and jobs.
 
-Run alone for manual experiments: python -m tests.doubles.ontap_rest
+Every request is checked against ONTAP's own REST schemas (the PyPI `netapp-ontap`
+client's, tests/doubles/ontap_schema.py) at the claimed release, and refused the way
+ONTAP refuses it:
+
+- an unknown field in a body or query: 400 'Unexpected argument "x".' (code 262179);
+- an unknown `fields=` value: 400 'The value "x" is invalid for field "fields"' (262197);
+- a field the operation may not set: 400 (262186); a value of the wrong type: 400 (262196);
+- a field newer than the claimed release: as unknown;
+- a feature newer than the claimed release (NFS trunking before 9.14.1): 400;
+- an SVM, aggregate or export policy that does not exist: 400 naming it (2621462 for
+  the SVM; the other codes are the double's own, ONTAP's message text is close to them);
+- a path it does not serve: 404 "API not found" (code 3), so an unexpected call shows up.
+
+A GET returns the record's keys plus the fields asked for (`*` leaves out the advanced
+fields ONTAP only returns when named, such as protocol.v41_features.trunking_enabled).
+Every request is recorded (recorder.py).
+
+Run alone for manual experiments: python -m tests.doubles.ontap_rest [9.14.1]
 """
 import copy
+import fnmatch
 import re
 import uuid as uuidlib
 
+from tests.doubles import ontap_schema
 from tests.doubles.recorder import RecordingServer, expand, lookup, merge
 
 CONTROL_PARAMS = {"fields", "return_records", "return_timeout", "max_records", "order_by", "ignore_unknown_fields"}
+# Query parameters an endpoint has beside its fields (ONTAP's API reference).
+EXTRA_PARAMS = {("PATCH", "export_rule"): {"new_index"}}
+# Returned only when named in `fields` (ONTAP's "advanced properties" of the resource).
+ADVANCED = {"nfs_service": {"protocol.v41_features.trunking_enabled", "transport.tcp_max_transfer_size"}}
+# Features that need a newer release than the field that switches them on.
+FEATURES = {("nfs_service", "protocol.v41_features.trunking_enabled"): ((9, 14, 1), "NFSv4.1 trunking")}
+NEWEST = (9, 19, 1)
 
 
 def _uuid(seed):
     return str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, seed))
 
 
+def _error(status, message, code, target=None):
+    error = {"message": message, "code": str(code)}
+    if target:
+        error["target"] = target
+    return status, {"error": error}, {}
+
+
+class OntapError(Exception):
+    def __init__(self, status, message, code, target=None):
+        super().__init__(message)
+        self.reply = _error(status, message, code, target)
+
+
+def _ref(record):
+    return {"name": record["name"], "uuid": record["uuid"]}
+
+
 class OntapDouble:
-    def __init__(self, tls_dir, svm="svm_kv", aggregate="aggr1", lif="kv_data1", version=(9, 14, 1)):
-        self.svm = {"name": svm, "uuid": _uuid("svm/" + svm)}
-        self.version = version
-        self.collections = {
-            "/api/svm/svms": [copy.deepcopy(self.svm) | {"state": "running"}],
-            "/api/storage/aggregates": [{"name": aggregate, "uuid": _uuid("aggr/" + aggregate)}],
-            "/api/protocols/nfs/services": [],
-            "/api/protocols/nfs/export-policies": [],
-            "/api/storage/volumes": [],
-            "/api/network/ip/interfaces": [{
-                "name": lif, "uuid": _uuid("lif/" + lif), "svm": copy.deepcopy(self.svm),
-                "ip": {"address": "10.20.0.5", "netmask": "24"}, "rdma_protocols": [],
-            }],
-        }
-        self.rules = {}  # policy id -> list of rules
+    """version: the ONTAP release the double claims (9.10.1 or 9.12.1 and later)."""
+
+    def __init__(self, tls_dir, svm="svm_kv", version=(9, 14, 1), aggregates=None, lifs=None,
+                 credentials=None):
+        self.version = tuple(version)
+        if self.version < (9, 10, 1) or (9, 11, 0) <= self.version < (9, 12, 0):
+            raise ValueError("the schema table has releases 9.10.1 and 9.12.1+ only, not %s" % (version,))
+        self.credentials = credentials
+        table = ontap_schema.load_versions()
+        self.gates = {name: ontap_schema.gate_for(name, self.version, table)
+                      for name, _m, _c in ontap_schema.RESOURCES.values()}
+        self.nodes = [{"name": name, "uuid": _uuid("node/" + name)} for name in ("node1", "node2")]
+        aggregates = aggregates or {"aggr1": "node1", "aggr2": "node2"}
+        self.aggregates = [{"name": name, "uuid": _uuid("aggr/" + name), "state": "online",
+                            "home_node": self._node(node), "node": self._node(node)}
+                           for name, node in aggregates.items()]
+        self.svms, self.volumes, self.policies, self.rules = [], [], [], {}
+        self.nfs_services, self.jobs = [], {}
+        self.lifs = []
+        self.add_svm(svm)
+        lifs = lifs or {"kv_data1": ("node1", "10.30.0.5"), "kv_data2": ("node2", "10.30.0.6")}
+        for name, (node, address) in lifs.items():
+            self.add_lif(name, node, address)
         self.server = RecordingServer(self.handle, tls_dir=tls_dir)
 
-    # -- helpers -------------------------------------------------------------------------
-    @staticmethod
-    def _error(status, message, code="4"):
-        return status, {"error": {"message": message, "code": code}}, {}
+    # -- the model ---------------------------------------------------------------------------
+    @property
+    def svm(self):
+        """The first SVM (the one the tests configure)."""
+        return _ref(self.svms[0])
+
+    def _node(self, name):
+        return _ref(next(n for n in self.nodes if n["name"] == name))
+
+    def add_svm(self, name, root_aggregate="aggr1"):
+        svm = {"name": name, "uuid": _uuid("svm/" + name), "state": "running", "subtype": "default"}
+        self.svms.append(svm)
+        policy = self._new_policy("default", svm)
+        self.volumes.append({
+            "name": name + "_root", "uuid": _uuid("vol/%s/root" % name), "svm": _ref(svm), "is_svm_root": True,
+            "aggregates": [_ref(self._aggregate(root_aggregate))], "style": "flexvol", "type": "rw",
+            "state": "online", "space": {"size": 1024 ** 3}, "size": 1024 ** 3,
+            "nas": {"path": "/", "security_style": "unix", "uid": 0, "gid": 0, "unix_permissions": 755,
+                    "export_policy": {"name": policy["name"], "id": policy["id"]}},
+        })
+        return svm
+
+    def add_lif(self, name, node, address, svm=None):
+        svm = svm or self.svms[0]
+        self.lifs.append({
+            "name": name, "uuid": _uuid("lif/" + name), "svm": _ref(svm), "scope": "svm", "enabled": True,
+            "ip": {"address": address, "netmask": "24"}, "rdma_protocols": [], "state": "up",
+            "location": {"home_node": self._node(node), "node": self._node(node), "is_home": True,
+                         "home_port": {"name": "e4a", "node": {"name": node}}},
+        })
+
+    def root_volume(self, svm_name=None):
+        svm_name = svm_name or self.svms[0]["name"]
+        return next(v for v in self.volumes if v["svm"]["name"] == svm_name and v.get("is_svm_root"))
+
+    def policy(self, name, svm_name=None):
+        svm_name = svm_name or self.svms[0]["name"]
+        return next((p for p in self.policies if p["name"] == name and p["svm"]["name"] == svm_name), None)
+
+    def volume(self, name, svm_name=None):
+        svm_name = svm_name or self.svms[0]["name"]
+        return next((v for v in self.volumes if v["name"] == name and v["svm"]["name"] == svm_name), None)
+
+    def nfs_service(self, svm_name=None):
+        svm_name = svm_name or self.svms[0]["name"]
+        return next((s for s in self.nfs_services if s["svm"]["name"] == svm_name), None)
+
+    def lif(self, name):
+        return next(lif for lif in self.lifs if lif["name"] == name)
+
+    def _aggregate(self, name):
+        return next((a for a in self.aggregates if a["name"] == name), None)
+
+    def _new_policy(self, name, svm):
+        policy = {"name": name, "id": 12884901889 + len(self.policies), "svm": _ref(svm)}
+        self.policies.append(policy)
+        self.rules[policy["id"]] = []
+        return policy
+
+    def _svm_from(self, body):
+        ref = body.pop("svm", None) or {}
+        svm = next((s for s in self.svms if ref and (s["name"] == ref.get("name", s["name"]))
+                    and s["uuid"] == ref.get("uuid", s["uuid"])), None)
+        if svm is None:
+            wanted = ref.get("name") or ref.get("uuid") or ""
+            raise OntapError(400, 'SVM "%s" does not exist.' % wanted, 2621462, "svm.name")
+        return svm
+
+    # -- dispatcher ------------------------------------------------------------------------
+    ROUTES = [
+        (r"/api/cluster", "/api/cluster", None),
+        (r"/api/cluster/jobs/([^/]+)", "/api/cluster/jobs", "jobs"),
+        (r"/api/cluster/nodes(?:/([^/]+))?", "/api/cluster/nodes", "nodes"),
+        (r"/api/svm/svms(?:/([^/]+))?", "/api/svm/svms", "svms"),
+        (r"/api/storage/aggregates(?:/([^/]+))?", "/api/storage/aggregates", "aggregates"),
+        (r"/api/storage/volumes(?:/([^/]+))?", "/api/storage/volumes", "volumes"),
+        (r"/api/protocols/nfs/services(?:/([^/]+))?", "/api/protocols/nfs/services", "nfs_services"),
+        (r"/api/protocols/nfs/export-policies/(\d+)/rules(?:/(\d+))?",
+         "/api/protocols/nfs/export-policies/{id}/rules", "rules"),
+        (r"/api/protocols/nfs/export-policies(?:/(\d+))?", "/api/protocols/nfs/export-policies", "policies"),
+        (r"/api/network/ip/interfaces(?:/([^/]+))?", "/api/network/ip/interfaces", "lifs"),
+    ]
+
+    def handle(self, req):
+        if self.credentials and req.get("user") != list(self.credentials):
+            return _error(401, "not authorized for that command", 6)
+        path = req["path"].rstrip("/")
+        for pattern, resource_path, kind in self.ROUTES:
+            match = re.fullmatch(pattern, path)
+            if match:
+                try:
+                    return self._serve(req, resource_path, kind, match.groups())
+                except OntapError as exc:
+                    return exc.reply
+        return _error(404, "API not found", 3)
+
+    def _serve(self, req, resource_path, kind, groups):
+        method, query = req["method"], dict(req["query"])
+        body = req["body"] if isinstance(req["body"], dict) else {}
+        name, schema = ontap_schema.schema_of(resource_path)
+        gate = self.gates[name]
+        fields = self._check_query(method, name, schema, gate, query)
+        if kind is None:  # /api/cluster
+            gen, major, minor = self.version
+            record = {"name": "double-cluster", "uuid": _uuid("cluster"),
+                      "version": {"full": "NetApp Release %d.%d.%d: test double" % self.version,
+                                  "generation": gen, "major": major, "minor": minor}}
+            return 200, self._project(name, record, fields, single=True), {}
+        if kind == "jobs":
+            job = self.jobs.get(groups[0])
+            if job is None:
+                raise OntapError(404, "entry doesn't exist", 4)
+            return 200, self._project(name, job, fields, single=True), {}
+        if kind == "rules":
+            policy = next((p for p in self.policies if p["id"] == int(groups[0])), None)
+            if policy is None:
+                raise OntapError(404, "entry doesn't exist", 4, "policy.id")
+            records, key = self.rules[policy["id"]], groups[1]
+        else:
+            records, key = getattr(self, kind), groups[0] if groups else None
+
+        def find(record):
+            if kind == "rules":
+                return str(record["index"]) == key
+            return (str(record.get("uuid", record.get("id"))) == key
+                    or (kind == "nfs_services" and record["svm"]["uuid"] == key))
+
+        if key is None:
+            if method == "GET":
+                found = [r for r in records if self._matches(r, query)]
+                return 200, {"records": [self._project(name, r, fields) for r in found],
+                             "num_records": len(found)}, {}
+            if method == "POST" and kind in ("volumes", "nfs_services", "policies", "rules"):
+                ontap_schema_check(schema, body, "post", gate)
+                create = getattr(self, "_create_" + kind)
+                record, status = create(expand(body), *([policy] if kind == "rules" else []))
+                out = {}
+                if query.get("return_records") == "true":
+                    out = {"num_records": 1, "records": [copy.deepcopy(record)]}
+                if status == 202:
+                    out["job"] = self._job(record)
+                return status, out, {}
+            raise OntapError(405, "method not allowed", 5)
+        record = next((r for r in records if find(r)), None)
+        if record is None:
+            raise OntapError(404, "entry doesn't exist", 4)
+        if method == "GET":
+            return 200, self._project(name, record, fields, single=True), {}
+        if method == "PATCH" and kind in ("volumes", "nfs_services", "policies", "rules", "lifs"):
+            ontap_schema_check(schema, body, "patch", gate)
+            changes = expand(body)
+            self._check_features(name, changes)
+            getattr(self, "_patch_" + kind)(record, changes, query)
+            if kind == "volumes":
+                return 202, {"job": self._job(record)}, {}
+            return 200, {}, {}
+        if method == "DELETE" and kind in ("volumes", "policies", "rules"):
+            records.remove(record)
+            return 200, {}, {}
+        raise OntapError(405, "method not allowed", 5)
+
+    # -- queries and answers -------------------------------------------------------------------
+    def _check_query(self, method, name, schema, gate, query):
+        extra = EXTRA_PARAMS.get((method, name), set())
+        for key in query:
+            if key in CONTROL_PARAMS or key in extra:
+                continue
+            if not ontap_schema.known_field(schema, key) or gate(key):
+                raise OntapError(400, 'Unexpected argument "%s".' % key, 262179, key)
+        fields = [f for f in query.get("fields", "").split(",") if f]
+        for field in fields:
+            plain = field[:-2] if field.endswith(".*") else field
+            if not ontap_schema.known_field(schema, field) or (plain not in ("*", "**") and gate(plain)):
+                raise OntapError(400, 'The value "%s" is invalid for field "fields" (<field,...>)' % field,
+                                 262197, "fields")
+        return fields
+
+    def _check_features(self, name, changes):
+        for (resource, path), (since, what) in FEATURES.items():
+            if resource == name and lookup(changes, path) in (True, "true") and self.version < since:
+                raise OntapError(400, "%s is not supported until the effective cluster version is %s."
+                                 % (what, ".".join(map(str, since))), 3276800, path)
 
     @staticmethod
-    def _matches(record, query):
+    def _values(record, dotted):
+        """All values at a dotted path, looking into lists (clients.match)."""
+        nodes = [record]
+        for part in dotted.split("."):
+            nxt = []
+            for node in nodes:
+                if isinstance(node, list):
+                    node = [n.get(part) for n in node if isinstance(n, dict) and part in n]
+                    nxt.extend(node)
+                elif isinstance(node, dict) and part in node:
+                    nxt.append(node[part])
+            nodes = nxt
+        out = []
+        for node in nodes:
+            out.extend(node if isinstance(node, list) else [node])
+        return out
+
+    def _matches(self, record, query):
         for key, wanted in query.items():
-            if key in CONTROL_PARAMS:
+            if key in CONTROL_PARAMS or key == "new_index":
                 continue
-            value = lookup(record, key)
-            if value is None:
-                return False
-            if str(value).lower() not in [w.lower() for w in str(wanted).split("|")]:
+            values = [str(v).lower() for v in self._values(record, key)]
+            patterns = [w.lower() for w in str(wanted).split("|")]
+            if not any(fnmatch.fnmatchcase(v, p) for v in values for p in patterns):
                 return False
         return True
 
-    def _list(self, records, query):
-        found = [copy.deepcopy(r) for r in records if self._matches(r, query)]
-        return 200, {"records": found, "num_records": len(found)}, {}
+    @staticmethod
+    def _project(name, record, fields, single=False):
+        """What ONTAP returns: the keys, plus the fields asked for (all but advanced with *)."""
+        if not fields:
+            fields = ["*"] if single else []
+        out = {}
+        for key in ("uuid", "name", "id", "index", "svm"):
+            if key in record:
+                out[key] = copy.deepcopy(record[key])
+        for field in fields:
+            base = "" if field in ("*", "**") else field[:-2] if field.endswith(".*") else field
+            value = copy.deepcopy(record) if not base else _pick(record, base.split("."))
+            if value is not _MISSING:
+                _deep_merge(out, value)
+        for adv in ADVANCED.get(name, ()):
+            if adv not in fields and "**" not in fields:
+                _drop(out, adv)
+        return out
 
-    def _svm_ref(self, body):
-        svm = body.pop("svm", None) or {}
-        if body.get("svm.name") or svm.get("name"):
-            body.pop("svm.name", None)
-            return copy.deepcopy(self.svm)
-        if body.get("svm.uuid") or svm.get("uuid"):
-            body.pop("svm.uuid", None)
-            return copy.deepcopy(self.svm)
-        return copy.deepcopy(self.svm)
+    def _job(self, record):
+        job = _uuid("job/%s/%d" % (record.get("uuid", record.get("name")), len(self.jobs)))
+        self.jobs[job] = {"uuid": job, "state": "success", "message": "success", "code": 0}
+        return {"uuid": job, "_links": {"self": {"href": "/api/cluster/jobs/" + job}}}
 
-    # -- dispatcher ----------------------------------------------------------------------
-    def handle(self, req):
-        path, method, query = req["path"].rstrip("/"), req["method"], req["query"]
-        body = req["body"] if isinstance(req["body"], dict) else {}
+    # -- creation and changes ---------------------------------------------------------------------
+    def _create_volumes(self, body):
+        svm = self._svm_from(body)
+        if self.volume(body.get("name"), svm["name"]):
+            raise OntapError(409, 'Duplicate volume name "%s".' % body.get("name"), 917536, "name")
+        aggregates = []
+        for ref in body.pop("aggregates", []):
+            aggregate = self._aggregate(ref.get("name"))
+            if aggregate is None:
+                raise OntapError(400, 'Aggregate "%s" does not exist.' % ref.get("name"), 917933,
+                                 "aggregates.name")
+            aggregates.append(_ref(aggregate))
+        if not aggregates:
+            raise OntapError(400, 'Missing value for field "aggregates".', 917930, "aggregates")
+        nas = body.get("nas", {})
+        policy_name = lookup(nas, "export_policy.name") or "default"
+        policy = self.policy(policy_name, svm["name"])
+        if policy is None:
+            raise OntapError(400, 'Export policy "%s" does not exist in SVM "%s".' % (policy_name, svm["name"]),
+                             917971, "nas.export_policy.name")
+        per_aggregate = body.pop("constituents_per_aggregate", None)
+        size = int(body.pop("size", 0) or 0)
+        record = merge({"uuid": _uuid("vol/%s/%s" % (svm["name"], body.get("name"))), "svm": _ref(svm),
+                        "aggregates": aggregates, "type": "rw", "state": "online", "is_svm_root": False,
+                        "style": "flexgroup" if len(aggregates) > 1 or per_aggregate else "flexvol",
+                        "size": size, "space": {"size": size, "snapshot": {"reserve_percent": 5}},
+                        "guarantee": {"type": "volume"}}, body)
+        record["nas"] = merge({"security_style": "unix", "uid": 0, "gid": 0, "unix_permissions": 755}, nas)
+        record["nas"]["export_policy"] = {"name": policy["name"], "id": policy["id"]}
+        for key in ("uid", "gid", "unix_permissions"):
+            record["nas"][key] = int(record["nas"][key])
+        if per_aggregate:
+            record["constituents_per_aggregate"] = int(per_aggregate)
+        self.volumes.append(record)
+        return record, 202
 
-        if path == "/api/cluster" and method == "GET":
-            gen, major, minor = self.version
-            return 200, {"name": "double-cluster", "uuid": _uuid("cluster"),
-                         "version": {"full": "NetApp Release %d.%d.%d (test double)" % self.version,
-                                     "generation": gen, "major": major, "minor": minor}}, {}
-        if re.match(r"^/api/cluster/jobs/[^/]+$", path):
-            return 200, {"uuid": path.rsplit("/", 1)[1], "state": "success", "message": "success"}, {}
+    def _patch_volumes(self, record, changes, _query):
+        if "size" in changes:
+            record["size"] = record["space"]["size"] = int(changes.pop("size"))
+        nas = changes.get("nas", {})
+        name = lookup(nas, "export_policy.name")
+        if name:
+            policy = self.policy(name, record["svm"]["name"])
+            if policy is None:
+                raise OntapError(400, 'Export policy "%s" does not exist.' % name, 917971, "nas.export_policy.name")
+            nas["export_policy"] = {"name": name, "id": policy["id"]}
+        for key in ("uid", "gid", "unix_permissions"):
+            if key in nas:
+                nas[key] = int(nas[key])
+        merge(record, changes)
 
-        m = re.match(r"^/api/protocols/nfs/export-policies/(\d+)/rules(?:/(\d+))?$", path)
-        if m:
-            return self._rules(method, int(m.group(1)), m.group(2), query, body)
+    def _create_nfs_services(self, body):
+        svm = self._svm_from(body)
+        if self.nfs_service(svm["name"]):
+            raise OntapError(409, 'NFS server already exists for SVM "%s".' % svm["name"], 3276916)
+        self._check_features("nfs_service", body)
+        record = {"svm": _ref(svm), "enabled": True, "state": "online",
+                  "protocol": {"v3_enabled": True, "v40_enabled": False, "v41_enabled": True,
+                               "v41_features": {"pnfs_enabled": False}},
+                  "transport": {"tcp_enabled": True, "udp_enabled": True}}
+        if not self.gates["nfs_service"]("protocol.v41_features.trunking_enabled"):
+            record["protocol"]["v41_features"]["trunking_enabled"] = False
+        if not self.gates["nfs_service"]("transport.tcp_max_transfer_size"):
+            record["transport"].update({"tcp_max_transfer_size": 65536, "rdma_enabled": False})
+        self._patch_nfs_services(record, body, {})
+        self.nfs_services.append(record)
+        return record, 201
 
-        for coll, records in self.collections.items():
-            if path == coll:
-                if method == "GET":
-                    return self._list(records, query)
-                if method == "POST":
-                    return self._create(coll, records, body, query)
-            if path.startswith(coll + "/"):
-                key = path[len(coll) + 1:]
-                record = next((r for r in records if str(r.get("uuid", r.get("id", r.get("svm", {}).get("uuid")))) == key), None)
-                if record is None:
-                    return self._error(404, "entry doesn't exist", "4")
-                if method == "GET":
-                    return 200, copy.deepcopy(record), {}
-                if method == "PATCH":
-                    merge(record, expand(body))
-                    return 200, {}, {}
-                if method == "DELETE":
-                    records.remove(record)
-                    return 200, {}, {}
-        return self._error(404, "test double: no handler for %s %s" % (method, path), "3")
+    @staticmethod
+    def _patch_nfs_services(record, changes, _query):
+        size = lookup(changes, "transport.tcp_max_transfer_size")
+        if size is not None and not (8192 <= int(size) <= 1048576 and int(size) % 4096 == 0):
+            raise OntapError(400, '"%s" is an invalid value for field "transport.tcp_max_transfer_size": '
+                                  "8192 to 1048576, a multiple of 4096." % size, 262196,
+                             "transport.tcp_max_transfer_size")
+        merge(record, _typed(changes))
 
-    def _create(self, coll, records, body, query):
-        body = dict(body)
-        svm = self._svm_ref(body)
-        record = expand(body)
-        record["svm"] = svm
-        if coll == "/api/protocols/nfs/services":
-            record.setdefault("enabled", True)
-            record.setdefault("state", "online")
-        elif coll == "/api/protocols/nfs/export-policies":
-            record["id"] = 1000 + len(records) + 1
-            self.rules[record["id"]] = []
-        elif coll == "/api/storage/volumes":
-            record["uuid"] = _uuid("vol/" + record.get("name", ""))
-            # Shape the record the way ONTAP reports a volume.
-            record.setdefault("space", {})["size"] = record.pop("size", 0)
-            record["space"].setdefault("snapshot", {}).setdefault("reserve_percent", 5)
-            record.setdefault("guarantee", {"type": "volume"})
-            perms = record.get("nas", {}).get("unix_permissions")
-            if isinstance(perms, str) and perms.isdigit():
-                record["nas"]["unix_permissions"] = int(perms)
-            record.setdefault("state", "online")
-            record.setdefault("style", "flexgroup" if len(record.get("aggregates", [])) > 1 else "flexvol")
-            record.setdefault("type", "rw")
-        else:
-            record["uuid"] = _uuid(coll + "/" + record.get("name", str(len(records))))
-        records.append(record)
-        result = {"num_records": 1, "records": [copy.deepcopy(record)]} if query.get("return_records") == "true" else {}
-        if coll == "/api/storage/volumes":
-            job = _uuid("job/" + record["uuid"])
-            result["job"] = {"uuid": job, "_links": {"self": {"href": "/api/cluster/jobs/" + job}}}
-            return 202, result, {}
-        return 201, result, {}
+    def _create_policies(self, body):
+        svm = self._svm_from(body)
+        if self.policy(body.get("name"), svm["name"]):
+            raise OntapError(409, 'Duplicate export policy "%s".' % body.get("name"), 1703954, "name")
+        policy = self._new_policy(body["name"], svm)
+        for rule in body.get("rules", []):
+            self._create_rules(rule, policy)
+        return policy, 201
 
-    def _rules(self, method, policy_id, index, query, body):
-        if policy_id not in self.rules:
-            return self._error(404, "export policy %d doesn't exist" % policy_id)
-        rules = self.rules[policy_id]
-        if index is None:
-            if method == "GET":
-                return self._list(rules, query)
-            if method == "POST":
-                # ONTAP's defaults for what the POST leaves out.
-                rule = {"anonymous_user": "65534", "superuser": ["none"], "allow_suid": True,
-                        "chown_mode": "restricted", "ntfs_unix_security": "fail", "allow_device_creation": True}
-                rule.update(expand(body))
-                rule["index"] = rule.get("index") or len(rules) + 1
-                rules.append(rule)
-                result = {"num_records": 1, "records": [copy.deepcopy(rule)]} if query.get("return_records") == "true" else {}
-                return 201, result, {}
-        rule = next((r for r in rules if r["index"] == int(index or 0)), None)
-        if rule is None:
-            return self._error(404, "entry doesn't exist")
-        if method == "GET":
-            return 200, copy.deepcopy(rule), {}
-        if method == "PATCH":
-            merge(rule, expand(body))
-            return 200, {}, {}
-        if method == "DELETE":
-            rules.remove(rule)
-            return 200, {}, {}
-        return self._error(405, "method not allowed")
+    @staticmethod
+    def _patch_policies(record, changes, _query):
+        merge(record, changes)
+
+    def _create_rules(self, body, policy):
+        for required in ("clients", "ro_rule", "rw_rule"):
+            if not body.get(required):
+                raise OntapError(400, 'Missing value for field "%s".' % required, 262195, required)
+        rules = self.rules[policy["id"]]
+        # ONTAP's defaults for what the POST leaves out.
+        rule = {"anonymous_user": "65534", "superuser": ["none"], "allow_suid": True, "protocols": ["any"],
+                "chown_mode": "restricted", "ntfs_unix_security": "fail", "allow_device_creation": True}
+        rule.update(body)
+        index = int(rule.get("index") or max([r["index"] for r in rules] + [0]) + 1)
+        if any(r["index"] == index for r in rules):
+            raise OntapError(409, "rule index %d already exists" % index, 1704036, "index")
+        rule["index"] = index
+        rules.append(rule)
+        return rule, 201
+
+    def _patch_rules(self, record, changes, query):
+        new_index = query.get("new_index")
+        merge(record, changes)
+        if new_index:
+            record["index"] = int(new_index)
+
+    @staticmethod
+    def _patch_lifs(record, changes, _query):
+        merge(record, changes)
 
     def start(self):
         self.server.start()
@@ -178,13 +449,77 @@ class OntapDouble:
         self.server.stop()
 
 
+def ontap_schema_check(schema, body, mode, gate):
+    try:
+        ontap_schema.check_body(schema, expand(body), mode, gate)
+    except ontap_schema.BodyError as exc:
+        raise OntapError(400, exc.message, exc.code, exc.target) from exc
+
+
+def _typed(changes):
+    """The JSON booleans ONTAP stores for the 'true'/'false' strings netapp.ontap sends."""
+    out = {}
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            value = _typed(value)
+        elif value in ("true", "false"):
+            value = value == "true"
+        out[key] = value
+    return out
+
+
+_MISSING = object()
+
+
+def _pick(node, parts):
+    """The part of `node` on the path (lists followed item by item), rooted like `node`."""
+    if not parts:
+        return copy.deepcopy(node)
+    if isinstance(node, list):
+        items = [_pick(item, parts) for item in node]
+        if all(item is _MISSING for item in items):
+            return _MISSING
+        return [{} if item is _MISSING else item for item in items]
+    if isinstance(node, dict) and parts[0] in node:
+        sub = _pick(node[parts[0]], parts[1:])
+        return _MISSING if sub is _MISSING else {parts[0]: sub}
+    return _MISSING
+
+
+def _deep_merge(into, new):
+    for key, value in new.items():
+        old = into.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            _deep_merge(old, value)
+        elif isinstance(value, list) and isinstance(old, list) and len(old) == len(value):
+            for i, item in enumerate(value):
+                if isinstance(item, dict) and isinstance(old[i], dict):
+                    _deep_merge(old[i], item)
+                else:
+                    old[i] = item
+        else:
+            into[key] = value
+
+
+def _drop(record, dotted):
+    parts = dotted.split(".")
+    node = record
+    for part in parts[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            return
+    if isinstance(node, dict):
+        node.pop(parts[-1], None)
+
+
 if __name__ == "__main__":  # pragma: no cover
+    import sys
+    import tempfile
     import time
 
-    import tempfile
-
-    double = OntapDouble(tempfile.mkdtemp()).start()
-    print("ONTAP REST test double on https://127.0.0.1:%d" % double.server.port)
+    claimed = tuple(int(p) for p in (sys.argv[1] if len(sys.argv) > 1 else "9.14.1").split("."))
+    double = OntapDouble(tempfile.mkdtemp(), version=claimed).start()
+    print("ONTAP %s REST test double on https://127.0.0.1:%d" % (".".join(map(str, claimed)), double.server.port))
     try:
         while True:
             time.sleep(3600)

@@ -10,12 +10,25 @@ from urllib.parse import parse_qsl, urlsplit
 
 
 def self_signed_cert(directory):
-    """A throw-away certificate for 127.0.0.1 (the doubles' clients run with validate_certs false)."""
+    """A throw-away CA and a certificate it signed for 127.0.0.1 / localhost.
+
+    Clients either skip the check (validate_certs false) or trust the CA file
+    (`RecordingServer.ca_file`), as they would a site CA or a cluster's own certificate.
+    """
+    ca, ca_key = os.path.join(directory, "double-ca.crt"), os.path.join(directory, "double-ca.key")
     cert, key = os.path.join(directory, "double.crt"), os.path.join(directory, "double.key")
     if not os.path.exists(cert):
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                        "-subj", "/CN=127.0.0.1", "-keyout", key, "-out", cert],
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=kvcache test double CA", "-keyout", ca_key, "-out", ca],
                        check=True, capture_output=True, timeout=60)
+        csr = os.path.join(directory, "double.csr")
+        subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+                        "-keyout", key, "-out", csr], check=True, capture_output=True, timeout=60)
+        ext = os.path.join(directory, "double.ext")
+        with open(ext, "w", encoding="utf-8") as handle:
+            handle.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n")
+        subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+                        "-days", "1", "-extfile", ext, "-out", cert], check=True, capture_output=True, timeout=60)
     return cert, key
 
 
@@ -83,11 +96,13 @@ class RecordingServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
         self.scheme = "http"
+        self.ca_file = None
         if tls_dir:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(*self_signed_cert(tls_dir))
             self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
             self.scheme = "https"
+            self.ca_file = os.path.join(tls_dir, "double-ca.crt")
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def start(self):

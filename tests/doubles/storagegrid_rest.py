@@ -1,11 +1,26 @@
-"""Test double of StorageGRID's tenant management API (and the two S3 lifecycle calls).
+"""Test double of StorageGRID's tenant management API (and the S3 lifecycle calls).
 
-Answers what storagegrid_s3 sends in tenant mode: the login (/api/v3/authorize), the
-product version, buckets (/api/v3/org/containers), the tenant user and its S3 access
-keys, and, on the same port, S3 GET/PUT ?lifecycle in path style. Records every
-request (see recorder.py) so tests can assert the exact sequence and payloads, e.g.
-that a second run never creates another S3 key. Not a simulator: no signature checks
-on the S3 calls, no grid-wide bucket namespace, no permissions.
+Claims one StorageGRID release and serves what a grid of that release serves:
+
+- GET /api/versions (no login) lists the management API versions the grid enables. A
+  fresh install enables only the release's newest (v4 from 11.8, v3 for 11.5-11.7);
+  an upgraded grid keeps the previous one too (`upgraded=True`). NetApp: "When you
+  install StorageGRID software for the first time, only the most recent version of the
+  API is enabled ... when you upgrade ... you continue to have access to the older API
+  version for at least one feature release."
+- /api/v<N>/... only for an enabled N; any other version answers 404.
+- The tenant calls storagegrid_s3 makes: authorize, the tenant user, buckets and their
+  versioning, the user's S3 access keys. Errors have StorageGRID's shape
+  ({"status": "error", "code": N, "message": {"text": ..., "key": ...}}).
+- On the same port, S3 GET/PUT/DELETE ?lifecycle in path style, signed with a key this
+  grid issued (else 403 InvalidAccessKeyId). A PUT is checked against the lifecycle
+  elements StorageGRID documents ("Each rule can include the following XML elements:
+  Expiration, NoncurrentVersionExpiration, Filter (Prefix, Tag), Status, ID";
+  Expiration actions only, up to 1,000 rules): anything else (AbortIncompleteMultipartUpload,
+  Transition, ...) is refused with 400 MalformedXML naming the element.
+
+Records every request (recorder.py). Not a simulator: no signature verification beyond
+the key ID, no grid-wide bucket namespace, no permissions.
 """
 import copy
 import re
@@ -14,104 +29,197 @@ import xml.etree.ElementTree as ET
 from tests.doubles.recorder import RecordingServer
 
 TOKEN = "double-token-0123456789"
+S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+# Release -> the management API major version it introduced, and its minor (the double's).
+API_OF_RELEASE = {(11, 5): (3, 3), (11, 6): (3, 4), (11, 7): (3, 5), (11, 8): (4, 0), (11, 9): (4, 1)}
+# The lifecycle elements StorageGRID documents, as child -> allowed children.
+LIFECYCLE = {
+    "LifecycleConfiguration": {"Rule"},
+    "Rule": {"ID", "Status", "Filter", "Expiration", "NoncurrentVersionExpiration"},
+    "Filter": {"Prefix", "Tag", "And"},
+    "And": {"Prefix", "Tag"},
+    "Tag": {"Key", "Value"},
+    "Expiration": {"Days", "Date"},
+    "NoncurrentVersionExpiration": {"NoncurrentDays"},
+}
+
+
+def _local(tag):
+    return tag.split("}", 1)[-1]
+
+
+def check_lifecycle(text):
+    """None when StorageGRID takes this lifecycle configuration, else the reason."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        return "not well-formed XML: %s" % exc
+    if _local(root.tag) != "LifecycleConfiguration":
+        return "the root element is %s, not LifecycleConfiguration" % _local(root.tag)
+    rules = list(root)
+    if not rules or len(rules) > 1000:
+        return "a lifecycle configuration has 1 to 1,000 rules, this one has %d" % len(rules)
+
+    def walk(element):
+        allowed = LIFECYCLE.get(_local(element.tag), set())
+        for child in element:
+            if _local(child.tag) not in allowed:
+                return "element %s is not supported in %s (StorageGRID: Expiration, NoncurrentVersionExpiration, " \
+                       "Filter (Prefix, Tag), Status, ID)" % (_local(child.tag), _local(element.tag))
+            problem = walk(child)
+            if problem:
+                return problem
+        return None
+
+    problem = walk(root)
+    if problem:
+        return problem
+    for rule in rules:
+        fields = {_local(c.tag): c for c in rule}
+        if (fields.get("Status") is None or fields["Status"].text not in ("Enabled", "Disabled")):
+            return "a rule needs Status Enabled or Disabled"
+        if "Expiration" not in fields and "NoncurrentVersionExpiration" not in fields:
+            return "a rule needs an Expiration or NoncurrentVersionExpiration action"
+        if len((fields.get("ID").text or "") if fields.get("ID") is not None else "") > 255:
+            return "a rule ID is at most 255 characters"
+        days = [e for e in rule.iter() if _local(e.tag) in ("Days", "NoncurrentDays")]
+        if any(not (d.text or "").isdigit() or int(d.text) < 1 for d in days):
+            return "Days must be a positive integer"
+    return None
 
 
 class StorageGridDouble:
     def __init__(self, tls_dir, account_id="27000000000000000001", username="kvcache-admin",
-                 password="double-tenant-password", version="11.8.0-20240131.1234.abcdef"):
+                 password="double-tenant-password", version="11.8.0-20240131.1234.abcdef", upgraded=False):
         self.account_id, self.username, self.password, self.version = account_id, username, password, version
+        release = tuple(int(p) for p in version.split("-")[0].split(".")[:2])
+        major, minor = API_OF_RELEASE[release]
+        self.api_versions = [major - 1, major] if upgraded else [major]
+        self.api_minor = {major: "%d.%d" % (major, minor), major - 1: "%d.%d" % (major - 1, 9)}
         self.containers = []
         self.users = {"user/kvcache": {"id": "00000000-0000-4000-8000-000000000077", "uniqueName": "user/kvcache"}}
-        self.keys = {}  # access key -> {"user": id or "current-user", ...}
+        self.keys = {}  # access key -> {"owner": user id, "id": ..., "secret": ...}
         self.lifecycle = {}  # bucket -> XML text
         self.created_keys = 0
         self.server = RecordingServer(self.handle, tls_dir=tls_dir)
 
-    @staticmethod
-    def _json(status, data):
-        return status, ({"data": data, "status": "success", "apiVersion": "4.0"} if status < 400
-                        else {"code": status, "message": data, "status": "error", "apiVersion": "4.0"}), {}
+    def _json(self, status, data, api=None, key="error"):
+        api = self.api_minor.get(api or self.api_versions[-1], "%d.0" % (api or 0))
+        if status < 400:
+            return status, {"data": data, "status": "success", "apiVersion": api, "responseTime": "2026-01-01T00:00:00Z"}, {}
+        return status, {"code": status, "message": {"text": data, "key": key}, "status": "error", "apiVersion": api,
+                        "responseTime": "2026-01-01T00:00:00Z"}, {}
 
     def handle(self, req):
         path, method = req["path"], req["method"]
-        if path.startswith("/api/v3/"):
-            return self._mgmt(req, path[len("/api/v3"):], method)
+        if path.rstrip("/") == "/api/versions" and method == "GET":
+            return self._json(200, list(self.api_versions))
+        m = re.match(r"^/api/v(\d+)(/.*)$", path)
+        if m:
+            api = int(m.group(1))
+            if api not in self.api_versions:
+                return self._json(404, "API version %d is not enabled on this grid (GET /api/versions: %s)"
+                                  % (api, self.api_versions), api, "notFound")
+            return self._mgmt(req, m.group(2), method, api)
+        if path.startswith("/api/"):
+            return self._json(404, "not found", None, "notFound")
         return self._s3(req, path, method)
 
     # -- management API --------------------------------------------------------------------
-    def _mgmt(self, req, path, method):
+    def _mgmt(self, req, path, method, api):
         body = req["body"] if isinstance(req["body"], dict) else {}
+
+        def answer(status, data, key="error"):
+            return self._json(status, data, api, key)
+
         if path == "/authorize" and method == "POST":
             ok = (str(body.get("accountId")) == self.account_id and body.get("username") == self.username
                   and body.get("password") == self.password)
-            return self._json(200, TOKEN) if ok else self._json(401, "Unauthorized: wrong credentials")
+            return answer(200, TOKEN) if ok else answer(401, "Unauthorized: wrong credentials", "unauthorized")
         if req.get("user") != ["Bearer", TOKEN]:
-            return self._json(401, "Unauthorized")
+            return answer(401, "Unauthorized", "unauthorized")
         if path == "/org/config/product-version" and method == "GET":
-            return self._json(200, {"productVersion": self.version})
+            return answer(200, {"productVersion": self.version})
         if path == "/org/containers":
             if method == "GET":
-                return self._json(200, copy.deepcopy(self.containers))
+                return answer(200, copy.deepcopy(self.containers))
             if method == "POST":
-                if any(c["name"] == body.get("name") for c in self.containers):
-                    return self._json(409, "Bucket already exists")
-                container = {"name": body.get("name"), "region": body.get("region", "us-east-1"),
+                unknown = set(body) - {"name", "region", "compliance", "s3ObjectLock", "dataGuarantee"}
+                if unknown or not isinstance(body.get("name"), str):
+                    return answer(400, "invalid request body: %s" % sorted(unknown or ["name"]), "invalidBody")
+                if any(c["name"] == body["name"] for c in self.containers):
+                    return answer(409, "Bucket already exists", "bucketExists")
+                container = {"name": body["name"], "region": body.get("region", "us-east-1"),
                              "creationTime": "2026-01-01T00:00:00.000Z"}
                 self.containers.append(container)
-                return self._json(201, container)
+                return answer(201, container)
         m = re.match(r"^/org/containers/([^/]+)/versioning$", path)
         if m:
             container = next((c for c in self.containers if c["name"] == m.group(1)), None)
             if container is None:
-                return self._json(404, "bucket not found")
+                return answer(404, "bucket not found", "notFound")
             if method == "PUT":
+                if set(body) - {"versioningEnabled", "versioningSuspended"}:
+                    return answer(400, "invalid request body", "invalidBody")
                 container["versioning"] = {"versioningEnabled": bool(body.get("versioningEnabled")),
                                            "versioningSuspended": bool(body.get("versioningSuspended"))}
             if method in ("GET", "PUT"):
                 default = {"versioningEnabled": False, "versioningSuspended": False}
-                return self._json(200, container.get("versioning", default))
+                return answer(200, container.get("versioning", default))
         m = re.match(r"^/org/users/(user/[^/]+)$", path)
         if m and method == "GET":
             user = self.users.get(m.group(1))
-            return self._json(200, copy.deepcopy(user)) if user else self._json(404, "user not found")
+            return answer(200, copy.deepcopy(user)) if user else answer(404, "user not found", "notFound")
         m = re.match(r"^/org/users/([^/]+)/s3-access-keys(?:/([^/]+))?$", path)
         if m:
             owner, key = m.group(1), m.group(2)
+            if not any(u["id"] == owner for u in self.users.values()):
+                return answer(404, "user not found", "notFound")
             if method == "GET" and key:
                 found = self.keys.get(key)
                 if found and found["owner"] == owner:
-                    return self._json(200, {"id": found["id"], "accessKey": key[:4] + "****",
-                                            "userURN": "urn:sgws:identity::%s:%s" % (self.account_id, owner)})
-                return self._json(404, "S3 access key not found")
+                    return answer(200, {"id": found["id"], "accessKey": key[:4] + "****",
+                                        "userURN": "urn:sgws:identity::%s:%s" % (self.account_id, owner)})
+                return answer(404, "S3 access key not found", "notFound")
             if method == "POST" and not key:
+                if set(body) - {"expires"}:
+                    return answer(400, "invalid request body", "invalidBody")
                 self.created_keys += 1
                 access = "SGKEY%015d" % self.created_keys
                 secret = "double-secret-%026d" % self.created_keys
                 self.keys[access] = {"owner": owner, "id": "key-%d" % self.created_keys, "secret": secret}
-                return self._json(201, {"id": "key-%d" % self.created_keys, "accessKey": access,
-                                        "secretAccessKey": secret, "expires": None})
-        return self._json(404, "test double: no handler for %s /api/v3%s" % (method, path))
+                return answer(201, {"id": "key-%d" % self.created_keys, "accessKey": access,
+                                    "secretAccessKey": secret, "expires": None})
+        return answer(404, "test double: no handler for %s /api/v%d%s" % (method, api, path), "notFound")
 
     # -- S3 lifecycle (path style) ---------------------------------------------------------
+    @staticmethod
+    def _s3_error(status, code, message):
+        return status, "<Error><Code>%s</Code><Message>%s</Message></Error>" % (code, message), {}
+
     def _s3(self, req, path, method):
         bucket = path.strip("/").split("/", 1)[0]
         if "lifecycle" not in req["query"]:
-            return 501, "<Error><Code>NotImplemented</Code><Message>test double</Message></Error>", {}
+            return self._s3_error(501, "NotImplemented", "test double")
+        credential = re.search(r"Credential=([^/]+)/", (req.get("user") or ["", ""])[-1] or "")
+        if not credential or credential.group(1) not in self.keys:
+            return self._s3_error(403, "InvalidAccessKeyId", "The access key ID you provided does not exist")
         if not any(c["name"] == bucket for c in self.containers):
-            return 404, "<Error><Code>NoSuchBucket</Code><Message>no bucket</Message></Error>", {}
+            return self._s3_error(404, "NoSuchBucket", "no bucket")
         if method == "GET":
             if bucket not in self.lifecycle:
-                return 404, ("<Error><Code>NoSuchLifecycleConfiguration</Code>"
-                             "<Message>The lifecycle configuration does not exist</Message></Error>"), {}
+                return self._s3_error(404, "NoSuchLifecycleConfiguration", "The lifecycle configuration does not exist")
             return 200, self.lifecycle[bucket], {}
         if method == "PUT":
-            ET.fromstring(req["body"])  # must be well-formed XML
+            problem = check_lifecycle(req["body"] or "")
+            if problem:
+                return self._s3_error(400, "MalformedXML", problem)
             self.lifecycle[bucket] = req["body"]
             return 200, "", {}
         if method == "DELETE":
             self.lifecycle.pop(bucket, None)
             return 204, "", {}
-        return 405, "<Error><Code>MethodNotAllowed</Code></Error>", {}
+        return self._s3_error(405, "MethodNotAllowed", method)
 
     def start(self):
         self.server.start()

@@ -1,5 +1,5 @@
-"""Integration tests: real roles and real netapp.ontap / netapp.storagegrid modules,
-run by ansible-playbook against test doubles of the management APIs on 127.0.0.1.
+"""Integration tests: the real storage roles (and the real netapp.ontap modules), run by
+ansible-playbook against strict test doubles of the management APIs on 127.0.0.1.
 
 Run from the repository root: `python -m pytest tests/integration -q` (with build/venv's
 python, which has ansible, requests and boto3).
@@ -38,9 +38,13 @@ def tls_dir(tmp_path_factory):
 
 @pytest.fixture
 def run_playbook(tmp_path):
-    """Run tests/integration/storage_playbooks/<role>/playbook.yml with extra vars; return the completed process."""
+    """Run tests/integration/storage_playbooks/<role>/playbook.yml with extra vars; return the completed process.
 
-    def run(role, extra_vars, check=False):
+    inventory: another inventory file of that directory; playbook: a playbook path instead
+    (e.g. playbooks/storage.yml); limit: ansible-playbook --limit.
+    """
+
+    def run(role, extra_vars, check=False, inventory="inventory.yml", playbook=None, limit=None):
         vars_file = tmp_path / ("vars-%s.yml" % role)
         data = dict(extra_vars)
         data.setdefault("ansible_python_interpreter", sys.executable)
@@ -54,10 +58,12 @@ def run_playbook(tmp_path):
             "ANSIBLE_FORCE_COLOR": "0",
             "ANSIBLE_NOCOLOR": "1",
         })
-        cmd = [_ansible_playbook(), "-i", os.path.join(PLAYBOOKS, role, "inventory.yml"),
-               os.path.join(PLAYBOOKS, role, "playbook.yml"), "-e", "@%s" % vars_file]
+        cmd = [_ansible_playbook(), "-i", os.path.join(PLAYBOOKS, role, inventory),
+               playbook or os.path.join(PLAYBOOKS, role, "playbook.yml"), "-e", "@%s" % vars_file]
         if check:
             cmd.append("--check")
+        if limit:
+            cmd += ["--limit", limit]
         return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
 
     return run
@@ -69,6 +75,12 @@ def recap(stdout, host="controller"):
         if line.startswith(host + " ") and "ok=" in line:
             return {k: int(v) for k, v in (item.split("=") for item in line.split(":", 1)[1].split())}
     raise AssertionError("no PLAY RECAP for %s in:\n%s" % (host, stdout[-3000:]))
+
+
+def fleet_default(name):
+    """A fleet-wide default of roles/kvcache (what the nodes use unless the inventory says otherwise)."""
+    with open(os.path.join(ROOT, "roles", "kvcache", "defaults", "main.yml"), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)[name]
 
 
 def flat(text):
