@@ -1,0 +1,92 @@
+# Copyright: (c) 2026, kvcache.offload developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The nodes' side and ONTAP's side of the fs tier agree, from the roles' own defaults
+rendered by Ansible's templating: the tier's owner (the fleet-wide service UID/GID) and
+the NFS transfer size (NetApp's 64k over RDMA, ONTAP's maximum above the TCP mounts')."""
+
+from __future__ import absolute_import, division, print_function
+
+import os
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+__metaclass__ = type
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def load(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def render(expression, *defaults, **inventory):
+    """`expression` with the roles' defaults files (later ones win) and inventory values on top."""
+    variables = {}
+    for path in defaults:
+        variables.update(load(path))
+    variables.update(inventory)
+    trusted = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in variables.items()}
+    return Templar(loader=DataLoader(), variables=trusted).template(trust_as_template(expression))
+
+
+FLEET = "roles/kvcache/defaults/main.yml"
+MOUNT = "roles/kvcache_mount/defaults/main.yml"
+ONTAP = "roles/ontap_nfs/defaults/main.yml"
+
+
+def task(path, name):
+    return next(t for t in load(path) if t.get("name") == name)
+
+
+def test_the_fleet_has_fixed_service_ids():
+    fleet = load(FLEET)
+    assert fleet["kvcache_service_uid"] == fleet["kvcache_service_gid"] == 2470
+
+
+def test_nodes_and_ontap_agree_on_the_owner_of_the_tier():
+    """Failed on the old roles: ONTAP made the volume root 0:0 while the nodes gave it to the
+    service user (a system account with whatever UID the node handed out)."""
+    uid, gid = load(FLEET)["kvcache_service_uid"], load(FLEET)["kvcache_service_gid"]
+    assert int(render("{{ ontap_nfs_volume_user_id }}", FLEET, ONTAP)) == uid
+    assert int(render("{{ ontap_nfs_volume_group_id }}", FLEET, ONTAP)) == gid
+    assert int(render("{{ kvcache_mount_owner_uid }}", FLEET, MOUNT)) == uid
+    assert int(render("{{ kvcache_mount_group_gid }}", FLEET, MOUNT)) == gid
+    # Without roles/kvcache loaded (kvcache_mount and ontap_nfs do not depend on it): the same.
+    assert int(render("{{ ontap_nfs_volume_user_id }}", ONTAP)) == int(render("{{ kvcache_mount_owner_uid }}", MOUNT))
+    # An inventory that picks other IDs moves both sides.
+    assert render("{{ [ontap_nfs_volume_user_id, kvcache_mount_owner_uid] }}", FLEET, ONTAP, MOUNT,
+                  kvcache_service_uid=3100) == [3100, 3100]
+
+
+@pytest.mark.parametrize("path, user, group", [
+    ("roles/inference_env/tasks/main.yml", "Create the service user (fleet-wide UID)",
+     "Create the service group (fleet-wide GID)"),
+    ("roles/kvcache_mount/tasks/main.yml", "Create the cache owner (fleet-wide UID)",
+     "Create the cache owner's group (fleet-wide GID)"),
+])
+def test_every_role_that_creates_the_service_user_uses_the_fleet_ids(path, user, group):
+    user_task, group_task = task(path, user)["ansible.builtin.user"], task(path, group)["ansible.builtin.group"]
+    variables = (FLEET, MOUNT)
+    assert int(render(user_task["uid"], *variables)) == load(FLEET)["kvcache_service_uid"]
+    assert int(render(group_task["gid"], *variables)) == load(FLEET)["kvcache_service_gid"]
+
+
+@pytest.mark.parametrize("proto, size", [("rdma", 65536), ("tcp", 262144)])
+def test_mount_transfer_size(proto, size):
+    """NetApp's NFS over RDMA page: NFS mount sizes above 64k are unstable over RDMA.
+
+    Failed on the old role: it mounted with rsize/wsize 262144 over RDMA.
+    """
+    options = render("{{ kvcache_mount_options }}", FLEET, MOUNT, kvcache_mount_proto=proto).split(",")
+    assert "rsize=%d" % size in options and "wsize=%d" % size in options
+    assert options[:4] == ["vers=4.1", "proto=" + proto, "trunkdiscovery", "write=eager"]
+
+
+def test_ontap_lets_the_default_mounts_through():
+    """ONTAP's own default maximum (65536) would cut the TCP mounts' 262144 down silently."""
+    largest = max(int(render("{{ kvcache_mount_rsize }}", FLEET, MOUNT, kvcache_mount_proto=p)) for p in ("rdma", "tcp"))
+    assert load(ONTAP)["ontap_nfs_max_transfer_size"] >= largest
