@@ -1,6 +1,7 @@
-"""storagegrid_s3 in tenant mode against the StorageGRID test double: login, bucket, ONE S3 key
-created and reused (key file, then vault), the expiration rule through the S3 API,
-secrets kept out of the output, and bad input refused before any request."""
+"""storagegrid_s3 in tenant mode against the StorageGRID test double: the management API
+version the grid enables, login, bucket, ONE S3 key created and reused (key file, then
+vault), an expiration rule StorageGRID takes, TLS with a site CA, secrets kept out of the
+output, and bad input refused before any request."""
 import json
 import os
 import stat
@@ -20,6 +21,10 @@ def grid(tls_dir):
     double = StorageGridDouble(tls_dir, password=TENANT_PASSWORD).start()
     yield double
     double.stop()
+
+
+def grid_path(api, path):
+    return "/api/v%d%s" % (api, path)
 
 
 def role_vars(grid, tmp_path, **extra):
@@ -54,43 +59,59 @@ def secrets_in(text, grid):
     return [s for s in found if s in text]
 
 
-FIRST_RUN = [
-    "POST /api/v3/authorize",
-    "GET /api/v3/org/users/user/kvcache",
-    "GET /api/v3/org/config/product-version",
-    "GET /api/v3/org/containers?include",
-    "POST /api/v3/org/containers",
-    "PUT /api/v3/org/containers/kvcache/versioning",
-    "GET /api/v3/org/users/user/kvcache",
-    "POST /api/v3/org/users/%s/s3-access-keys" % USER_ID,
-    "GET /kvcache?lifecycle",
-    "PUT /kvcache?lifecycle",
-    "GET /kvcache?lifecycle",
-]
+def first_run(api):
+    return [
+        "GET /api/versions",
+        "POST " + grid_path(api, "/authorize"),
+        "GET " + grid_path(api, "/org/users/user/kvcache"),
+        "GET " + grid_path(api, "/org/containers"),
+        "POST " + grid_path(api, "/org/containers"),
+        "GET " + grid_path(api, "/org/containers/kvcache/versioning"),
+        "POST " + grid_path(api, "/org/users/%s/s3-access-keys" % USER_ID),
+        "GET /kvcache?lifecycle",
+        "PUT /kvcache?lifecycle",
+        "GET /kvcache?lifecycle",
+    ]
 
 
-def test_first_run_creates_bucket_one_key_and_the_rule(grid, run_playbook, tmp_path):
-    result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path))
-    assert result.returncode == 0, result.stdout[-4000:]
-    assert mgmt_calls(grid) == FIRST_RUN
-    login, bucket, versioning, key = [grid.server.requests[i] for i in (0, 4, 5, 7)]
-    assert login["body"] == {"accountId": grid.account_id, "username": grid.username, "password": TENANT_PASSWORD,
-                             "cookie": False, "csrfToken": False}
-    assert bucket["body"] == {"name": "kvcache", "region": "us-east-1"}
-    assert versioning["body"] == {"versioningEnabled": False, "versioningSuspended": True}
-    assert key["body"] == {"expires": None}
-    assert all(r["user"] == ["Bearer", TOKEN] for r in grid.server.requests[1:8])
+@pytest.mark.parametrize("release, upgraded, api", [
+    ("11.7.0", False, 3),
+    ("11.8.0", False, 4),
+    ("11.8.0", True, 4),
+], ids=["11.7-fresh", "11.8-fresh", "11.8-upgraded"])
+def test_first_run_creates_bucket_one_key_and_the_rule(tls_dir, run_playbook, tmp_path, release, upgraded, api):
+    """The newest API version the grid enables, and a lifecycle rule StorageGRID takes.
 
-    rule = ET.fromstring(grid.lifecycle["kvcache"])
-    ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
-    assert rule.find("s3:Rule/s3:ID", ns).text == "kvcache-expiration"
-    assert rule.find("s3:Rule/s3:Status", ns).text == "Enabled"
-    assert rule.find("s3:Rule/s3:Expiration/s3:Days", ns).text == "3"
-    assert rule.find("s3:Rule/s3:AbortIncompleteMultipartUpload/s3:DaysAfterInitiation", ns).text == "1"
-    # The S3 calls are signed with the key just created.
-    access_key = list(grid.keys)[0]
-    assert "Credential=%s/" % access_key in grid.server.requests[8]["user"][1]
+    Failed on the old role: it called /api/v3 only (a fresh 11.8 grid enables v4 alone) and put
+    AbortIncompleteMultipartUpload into the rule (StorageGRID documents no such element).
+    """
+    grid = StorageGridDouble(tls_dir, password=TENANT_PASSWORD, version=release, upgraded=upgraded).start()
+    try:
+        result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path))
+        assert result.returncode == 0, result.stdout[-4000:]
+        assert mgmt_calls(grid) == first_run(api)
+        login, bucket, key = [grid.server.requests[i] for i in (1, 4, 6)]
+        assert login["body"] == {"accountId": grid.account_id, "username": grid.username,
+                                 "password": TENANT_PASSWORD, "cookie": False, "csrfToken": False}
+        assert bucket["body"] == {"name": "kvcache", "region": "us-east-1"}
+        assert key["body"] == {"expires": None}
+        assert all(r["user"] == ["Bearer", TOKEN] for r in grid.server.requests[2:7])
 
+        rule = ET.fromstring(grid.lifecycle["kvcache"])
+        ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
+        assert rule.find("s3:Rule/s3:ID", ns).text == "kvcache-expiration"
+        assert rule.find("s3:Rule/s3:Status", ns).text == "Enabled"
+        assert rule.find("s3:Rule/s3:Expiration/s3:Days", ns).text == "3"
+        assert [child.tag.split("}")[1] for child in rule.find("s3:Rule", ns)] == ["ID", "Status", "Filter", "Expiration"]
+        # The S3 calls are signed with the key just created.
+        access_key = list(grid.keys)[0]
+        assert "Credential=%s/" % access_key in grid.server.requests[7]["user"][1]
+    finally:
+        grid.stop()
+    check_key_file_and_output(grid, tmp_path, result, access_key)
+
+
+def check_key_file_and_output(grid, tmp_path, result, access_key):
     key_file = tmp_path / "kvcache-s3-key.json"
     assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
     assert json.loads(key_file.read_text())["access_key"] == access_key
@@ -105,13 +126,12 @@ def test_rerun_reuses_the_key_file_and_changes_nothing(grid, run_playbook, tmp_p
     result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path))
     assert result.returncode == 0, result.stdout[-4000:]
     assert mgmt_calls(grid) == [
-        "POST /api/v3/authorize",
-        "GET /api/v3/org/users/user/kvcache",
-        "GET /api/v3/org/config/product-version",
-        "GET /api/v3/org/containers?include",
-        "GET /api/v3/org/containers/kvcache/versioning",
-        "GET /api/v3/org/users/user/kvcache",
-        "GET /api/v3/org/users/%s/s3-access-keys/%s" % (USER_ID, access_key),
+        "GET /api/versions",
+        "POST /api/v4/authorize",
+        "GET /api/v4/org/users/user/kvcache",
+        "GET /api/v4/org/containers",
+        "GET /api/v4/org/containers/kvcache/versioning",
+        "GET /api/v4/org/users/%s/s3-access-keys/%s" % (USER_ID, access_key),
         "GET /kvcache?lifecycle",
     ]
     assert grid.created_keys == 1
@@ -127,7 +147,7 @@ def test_key_from_vault_is_checked_never_recreated(grid, run_playbook, tmp_path)
         grid, tmp_path, storagegrid_s3_key_file="", storagegrid_s3_create_key=False,
         storagegrid_s3_access_key=access_key, storagegrid_s3_secret_key=entry["secret"]))
     assert result.returncode == 0, result.stdout[-4000:]
-    assert "POST /api/v3/org/users/%s/s3-access-keys" % USER_ID not in grid.server.calls()
+    assert "POST /api/v4/org/users/%s/s3-access-keys" % USER_ID not in grid.server.calls()
     assert grid.created_keys == 1
 
 
@@ -146,7 +166,7 @@ def test_unknown_key_user_fails_before_creating_a_key(grid, run_playbook, tmp_pa
     result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path, storagegrid_s3_key_user="user/nobody"))
     assert result.returncode != 0
     assert "user/nobody" in flat(result.stdout) and "Fix:" in flat(result.stdout)
-    assert grid.server.calls() == ["POST /api/v3/authorize", "GET /api/v3/org/users/user/nobody"]
+    assert grid.server.calls() == ["GET /api/versions", "POST /api/v4/authorize", "GET /api/v4/org/users/user/nobody"]
     assert grid.created_keys == 0
 
 
@@ -154,7 +174,7 @@ def test_wrong_tenant_password_is_reported(grid, run_playbook, tmp_path):
     result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path, storagegrid_s3_tenant_password="wrong-password-1"))
     assert result.returncode != 0
     assert "answered 401" in flat(result.stdout) and "storagegrid_s3_tenant_password" in flat(result.stdout)
-    assert grid.server.calls() == ["POST /api/v3/authorize"]
+    assert grid.server.calls() == ["GET /api/versions", "POST /api/v4/authorize"]
     assert "wrong-password-1" not in result.stdout + result.stderr
 
 
@@ -168,6 +188,7 @@ def test_wrong_tenant_password_is_reported(grid, run_playbook, tmp_path):
     ({"storagegrid_s3_create_key": False}, "storagegrid_s3_create_key"),
     ({"storagegrid_s3_expiration_days": 0}, "storagegrid_s3_expiration_days"),
     ({"storagegrid_s3_tenant_api_url": ""}, "kvcache_s3_access_key"),
+    ({"storagegrid_s3_abort_incomplete_multipart_days": 1}, "storagegrid_s3_abort_incomplete_multipart_days"),
 ])
 def test_bad_input_fails_before_any_request(grid, run_playbook, tmp_path, bad, variable):
     result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path, **bad))
@@ -175,3 +196,32 @@ def test_bad_input_fails_before_any_request(grid, run_playbook, tmp_path, bad, v
     assert grid.server.requests == []
     assert "Host controller" in flat(result.stdout) and variable in flat(result.stdout) and "Fix:" in flat(result.stdout)
     assert TENANT_PASSWORD not in result.stdout + result.stderr
+
+
+def test_versioning_is_switched_only_when_it_differs(grid, run_playbook, tmp_path):
+    assert run_playbook("storagegrid_s3", role_vars(grid, tmp_path, storagegrid_s3_bucket_versioning=True)).returncode == 0
+    put = [r for r in grid.server.requests if r.call == "PUT /api/v4/org/containers/kvcache/versioning"]
+    assert [r["body"] for r in put] == [{"versioningEnabled": True}]
+    grid.server.clear()
+    assert run_playbook("storagegrid_s3", role_vars(grid, tmp_path, storagegrid_s3_bucket_versioning=True)).returncode == 0
+    assert grid.server.calls(mutating_only=True) == ["POST /api/v4/authorize"]
+
+
+def test_a_grid_without_a_known_api_version_is_refused(grid, run_playbook, tmp_path):
+    grid.api_versions = [5]
+    result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path))
+    assert result.returncode != 0
+    assert "lists management API versions 5; this role speaks 3 and 4" in flat(result.stdout)
+    assert grid.server.calls() == ["GET /api/versions"]
+
+
+def test_tls_with_the_site_ca(grid, run_playbook, tmp_path):
+    """validate_certs true and the CA given: every management call (and the S3 calls) trust it.
+
+    Failed on the old role: storagegrid_s3_ca_bundle never reached the netapp.storagegrid modules,
+    so creating the bucket failed the certificate check.
+    """
+    result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path, storagegrid_s3_validate_certs=True,
+                                                      storagegrid_s3_ca_bundle=grid.server.ca_file))
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert grid.containers and grid.created_keys == 1 and "kvcache" in grid.lifecycle
