@@ -9,7 +9,8 @@ One job = one private_data_dir (see docs/ansible-runner.md for the layout):
       inventory/        link to the inventory directory (hosts.yml, group_vars/, host_vars/)
       env/extravars     extra variables (YAML); validation_report_dir points into the artifacts
       env/settings      runner settings: job_timeout, idle_timeout, suppress_ansible_output
-      env/envvars       environment: ANSIBLE_COLLECTIONS_PATH, ANSIBLE_CONFIG, ANSIBLE_FORCE_COLOR
+      env/envvars       environment: PATH (led by the directory holding ansible-playbook),
+                        ANSIBLE_COLLECTIONS_PATH, ANSIBLE_CONFIG, ANSIBLE_FORCE_COLOR
       env/cmdline       --ask-vault-pass when a vault password is given (the password itself
                         is handed to runner in memory, never written into the directory)
       artifacts/<ident>/  written by ansible-runner: rc, status, stdout, command, job_events/,
@@ -21,6 +22,11 @@ Usage (the collection's checkout as the project, an inventory, site.yml):
         --project-dir /opt/kvcache.offload --inventory /etc/portal/inventories/prod \\
         --collections-path /opt/collections [--playbook site.yml] [--ident job-42] \\
         [--extravars extra.yml] [--vault-password-file /run/secrets/vault] [--verbosity 0..4]
+
+Run it with the Python of the venv that holds ansible-core and ansible-runner (a checkout's
+build/venv/bin/python after `make venv`): ansible-runner starts `ansible-playbook` by name, and
+the example puts that interpreter's bin directory (or --ansible-bin-dir) first on the job's
+PATH, so it works from a fresh shell where the venv is not activated.
 
 It prints one JSON object (ident, status, rc, artifact_dir, stdout, stats, failed_tasks,
 report) and exits with the playbook's return code (0 ok, 2 a task failed on a host,
@@ -36,6 +42,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import sys
 
 __metaclass__ = type
@@ -81,15 +88,42 @@ def report_dir(private_data_dir, ident):
     return os.path.join(artifact_dir(private_data_dir, ident), REPORT_SUBDIR)
 
 
+def find_ansible_bin_dir(ansible_bin_dir=None, path=None):
+    """The directory that holds the ansible-playbook the job runs.
+
+    ansible_bin_dir: given by the caller (--ansible-bin-dir); must hold ansible-playbook.
+    Otherwise: the bin directory of this Python (a venv's bin, not resolved through its
+    symlinks), then the first ansible-playbook on path (default: this process's PATH).
+    Raises ValueError naming the fix when there is none.
+    """
+    candidates = [ansible_bin_dir] if ansible_bin_dir else [os.path.dirname(os.path.abspath(sys.executable))]
+    for directory in candidates:
+        exe = os.path.join(directory, "ansible-playbook")
+        if os.path.isfile(exe) and os.access(exe, os.X_OK):
+            return os.path.abspath(directory)
+    if ansible_bin_dir:
+        raise ValueError("%s holds no executable ansible-playbook; give --ansible-bin-dir the bin "
+                         "directory of the venv with ansible-core" % ansible_bin_dir)
+    found = shutil.which("ansible-playbook", path=path if path is not None else os.environ.get("PATH", ""))
+    if found:
+        return os.path.dirname(os.path.abspath(found))
+    raise ValueError("ansible-playbook is neither next to %s nor on PATH; run this script with the "
+                     "Python of the venv that holds ansible-core and ansible-runner (build/venv/bin/python "
+                     "in a checkout after `make venv`), or give --ansible-bin-dir" % sys.executable)
+
+
 def prepare_private_data_dir(private_data_dir, project_dir, inventory, ident, collections_path=None,
-                             extravars=None, envvars=None, settings=None, ansible_config=None):
+                             extravars=None, envvars=None, settings=None, ansible_config=None,
+                             ansible_bin_dir=None):
     """Lay out private_data_dir for one job; return the extra variables written.
 
     project_dir: the collection's checkout (or any directory holding the playbooks).
     inventory: an inventory directory or file; linked as <private_data_dir>/inventory.
     collections_path: where ansible_collections/kvcache/offload is found (ANSIBLE_COLLECTIONS_PATH).
     ansible_config: an ansible.cfg to use; default: <project_dir>/ansible.cfg when it exists.
+    ansible_bin_dir: where ansible-playbook is (find_ansible_bin_dir()); it leads the job's PATH.
     """
+    bin_dir = find_ansible_bin_dir(ansible_bin_dir)
     pdd = os.path.abspath(private_data_dir)
     os.makedirs(os.path.join(pdd, "env"), mode=0o700, exist_ok=True)
     os.chmod(pdd, 0o700)
@@ -105,7 +139,10 @@ def prepare_private_data_dir(private_data_dir, project_dir, inventory, ident, co
     job_settings.update(settings or {})
     _write(os.path.join(pdd, "env", "settings"), json.dumps(job_settings, indent=2, sort_keys=True) + "\n")
 
-    job_env = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+    # ansible-runner looks ansible-playbook up on the job's PATH (rc 127, "The command was not
+    # found or was not executable: ansible-playbook", when the venv is not activated).
+    path = [bin_dir] + [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if p and p != bin_dir]
+    job_env = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "PATH": os.pathsep.join(path)}
     if ansible_config is None:
         candidate = os.path.join(os.path.abspath(project_dir), "ansible.cfg")
         ansible_config = candidate if os.path.exists(candidate) else None
@@ -200,6 +237,8 @@ def main(argv=None):
     parser.add_argument("--ident", default=None, help="job id; default: a new UUID")
     parser.add_argument("--extravars", help="YAML or JSON file of extra variables")
     parser.add_argument("--vault-password-file", help="file holding the vault password")
+    parser.add_argument("--ansible-bin-dir", help="directory holding ansible-playbook (default: this Python's bin "
+                        "directory, then PATH)")
     parser.add_argument("--verbosity", type=int, default=0)
     parser.add_argument("--job-timeout", type=int, default=DEFAULT_SETTINGS["job_timeout"])
     args = parser.parse_args(argv)
@@ -220,7 +259,8 @@ def main(argv=None):
                 vault_password = handle.read().strip()
         prepare_private_data_dir(args.private_data_dir, args.project_dir, args.inventory, ident,
                                  collections_path=args.collections_path, extravars=extravars,
-                                 settings={"job_timeout": args.job_timeout})
+                                 settings={"job_timeout": args.job_timeout},
+                                 ansible_bin_dir=args.ansible_bin_dir)
     except (OSError, ValueError) as exc:
         sys.stderr.write("kvcache_runner: %s\n" % exc)
         return 1

@@ -193,3 +193,25 @@ def test_vault_password_is_answered_from_memory(tmp_path):
             if os.path.isfile(path):
                 with open(path, "rb") as handle:
                     assert password.encode() not in handle.read(), path
+
+
+def test_the_documented_command_validates_the_lab_from_a_fresh_shell(tmp_path, instances):  # pylint: disable=unused-argument
+    """docs/ansible-runner.md's command line, literally: the venv's Python, no venv on PATH.
+
+    Before the example put its interpreter's bin directory on the job's PATH, this job ended
+    with status failed, rc 127 (ansible-runner could not find ansible-playbook).
+    """
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
+           "DO_NOT_TRACK": "1", "VLLM_NO_USAGE_STATS": "1", "LMCACHE_TRACK_USAGE": "false"}
+    proc = subprocess.run(
+        [os.path.join(ROOT, "build", "venv", "bin", "python"), os.path.join(ROOT, "examples", "runner", "kvcache_runner.py"),
+         "--private-data-dir", str(tmp_path / "jobs" / "42"), "--ident", "job-42",
+         "--project-dir", ROOT, "--inventory", os.path.join(ROOT, "inventories", "lab"),
+         "--collections-path", os.path.join(ROOT, "build", "collections"),
+         "--playbook", "playbooks/validate.yml"],
+        env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=1800, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    assert (summary["status"], summary["rc"], summary["failed_tasks"]) == ("successful", 0, []), summary
+    assert summary["report"]["result"] == "pass", summary["report"]
+    assert summary["report"]["json"].startswith(str(tmp_path / "jobs" / "42" / "artifacts" / "job-42" / "validation"))
