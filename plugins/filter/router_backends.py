@@ -13,14 +13,20 @@ short_description: Every vLLM instance of every node, as router backends
 version_added: 0.1.0
 description:
   - Walks the hosts of a group (normally C(kvcache_nodes)) in inventory order and, for each
-    item of the host's C(vllm_instances) list, returns one backend with its URL and model name.
+    instance of the host, returns one backend with its URL and model name.
+  - A host's instances follow the rule of the C(kvcache.offload.vllm_instances) filter - the list
+    the vllm role published on the node (C(vllm_effective_instances)), else the inventory's
+    C(vllm_instances), else the role's derivation from the node's GPU count (C(vllm_gpu_count), else
+    C(ansible_facts.gpu_facts.count)) and C(kvcache_tensor_parallel_size), ports from C(vllm_base_port).
   - The URL is C(<scheme>://<address>:<port>), where the address is the host's C(ansible_host)
     (the inventory name when unset); IPv6 addresses are put in brackets.
   - The model name is the host's C(kvcache_served_model_name), else its C(kvcache_model), else
     I(default_model). A backend whose model cannot be found has C(model=None), so the caller can
     fail with a message that names the host.
-  - A host without C(vllm_instances) contributes no backend; a malformed instance (not a mapping,
-    no port, a port that is not an integer 1-65535) is an error that names the host.
+  - A host whose instances are not known (none published, none listed, no GPU facts) contributes
+    no backend (the router role gathers gpu_facts on such nodes first, and fails on an empty list),
+    a malformed instance (not a mapping, no port, a port that is not an integer 1-65535) is an
+    error that names the host.
 positional: groups
 options:
   _input:
@@ -39,6 +45,10 @@ options:
   default_model:
     description: Model name for hosts that define neither C(kvcache_served_model_name) nor C(kvcache_model).
     type: str
+  defaults:
+    description: Values for C(kvcache_tensor_parallel_size) and C(vllm_base_port) when a host does not define them.
+    type: dict
+    default: {kvcache_tensor_parallel_size: 1, vllm_base_port: 8000}
 """
 
 EXAMPLES = r"""
@@ -72,6 +82,11 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
+    InstancesError,
+    effective_instances,
+)
+
 _MODEL_VARS = ("kvcache_served_model_name", "kvcache_model")
 
 
@@ -93,7 +108,7 @@ def _address(host, hvars):
     return address
 
 
-def router_backends(hostvars, groups, scheme="http", default_model=None):
+def router_backends(hostvars, groups, scheme="http", default_model=None, defaults=None):
     """Return [{url, model, host, instance}] for every instance of every host in groups."""
     if groups is None:
         groups = []
@@ -106,12 +121,10 @@ def router_backends(hostvars, groups, scheme="http", default_model=None):
             hvars = hostvars[host]
         except KeyError:
             raise AnsibleFilterError("router_backends: host %s is not in hostvars" % host)
-        instances = _lookup(hvars, "vllm_instances") or []
-        if isinstance(instances, Mapping) or isinstance(instances, str) or not hasattr(instances, "__iter__"):
-            raise AnsibleFilterError(
-                "router_backends: host %s: vllm_instances must be a list of instances "
-                "({name, port, gpus, tensor_parallel_size}), got %r. Fix: make vllm_instances a list for %s."
-                % (host, instances, host))
+        try:
+            instances = effective_instances(host, hvars, defaults)[0] or []
+        except InstancesError as exc:
+            raise AnsibleFilterError("router_backends: %s" % exc)
         model = None
         for var in _MODEL_VARS:
             model = _lookup(hvars, var)

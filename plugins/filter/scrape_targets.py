@@ -14,8 +14,14 @@ version_added: 0.1.0
 description:
   - Walks the hosts given, in inventory order, and returns one Prometheus file_sd target group
     (C({targets, labels})) per scrape target of one component.
-  - C(vllm) gives every item of the host's C(vllm_instances) (C({name, port})) at the host's
-    C(ansible_host) (the inventory name when unset). LMCache in-process metrics are on the same
+  - C(vllm) gives every instance of the host (C({name, port})) at the host's C(ansible_host) (the
+    inventory name when unset). A host's instances follow the rule of the
+    C(kvcache.offload.vllm_instances) filter - the list the vllm role published on the node
+    (C(vllm_effective_instances)), else the inventory's C(vllm_instances), else the role's derivation
+    from the node's GPU count (C(vllm_gpu_count), else C(ansible_facts.gpu_facts.count)) and
+    C(kvcache_tensor_parallel_size), ports from C(vllm_base_port) (both from I(defaults) when the host
+    does not define them). A host whose instances are not known gives no target (the observability
+    role gathers gpu_facts on such nodes first). LMCache in-process metrics are on the same
     C(/metrics), so they need no target of their own.
   - C(lmcache_mp) gives the LMCache multiprocess server of every host whose LMCache mode
     (C(lmcache_mode), else C(kvcache_lmcache_mode)) is C(multiprocess), at port
@@ -97,6 +103,11 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
+    InstancesError,
+    effective_instances,
+)
+
 COMPONENTS = ("vllm", "lmcache_mp", "router")
 LOOPBACK = ("skip", "keep", "fail")
 _WILDCARDS = ("", "0.0.0.0", "::", "[::]", "*")
@@ -144,11 +155,10 @@ def _group(host, address, port, component, instance, extra=None):
 
 
 def _vllm(host, hvars, defaults):
-    instances = _lookup(hvars, "vllm_instances", defaults) or []
-    if isinstance(instances, (Mapping, str)) or not hasattr(instances, "__iter__"):
-        raise AnsibleFilterError(
-            "scrape_targets: host %s: vllm_instances must be a list of {name, port}, got %r. "
-            "Fix: make vllm_instances a list for %s." % (host, instances, host))
+    try:
+        instances = effective_instances(host, hvars, defaults)[0] or []
+    except InstancesError as exc:
+        raise AnsibleFilterError("scrape_targets: %s" % exc)
     address = _lookup(hvars, "ansible_host", {}) or host
     groups = []
     for index, instance in enumerate(instances):

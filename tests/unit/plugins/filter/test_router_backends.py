@@ -102,3 +102,40 @@ def test_hostvars_that_raise_on_lookup():
 
 def test_registered_as_filter():
     assert FilterModule().filters()["router_backends"] is router_backends
+
+
+# Issue #18: nodes without vllm_instances (the example inventory) run instances the vllm role
+# derives from their GPUs; the router must list those, not an empty backend list.
+DERIVED = {
+    "gpu-a01": {"ansible_host": "10.20.0.11", "kvcache_served_model_name": "llama",
+                "kvcache_tensor_parallel_size": 1, "ansible_facts": {"gpu_facts": {"count": 8}}},
+    "gpu-a02": {"ansible_host": "10.20.0.12", "kvcache_served_model_name": "llama", "vllm_instances": [],
+                "kvcache_tensor_parallel_size": 1, "ansible_facts": {"gpu_facts": {"count": 2}}},
+}
+
+
+def test_derived_instances_from_gpu_facts_are_backends():
+    got = router_backends(DERIVED, ["gpu-a01", "gpu-a02"])
+    assert [b["url"] for b in got] == (["http://10.20.0.11:%d" % p for p in range(8000, 8008)]
+                                       + ["http://10.20.0.12:8000", "http://10.20.0.12:8001"])
+    assert [b["instance"] for b in got][:2] == ["gpu0", "gpu1"]
+
+
+def test_derived_instances_follow_tensor_parallel_size_and_base_port():
+    hostvars = {h: dict(v, kvcache_tensor_parallel_size=2, vllm_base_port=9000) for h, v in DERIVED.items()}
+    got = router_backends(hostvars, ["gpu-a01", "gpu-a02"])
+    assert [(b["host"], b["instance"], b["url"].rsplit(":", 1)[1]) for b in got] == [
+        ("gpu-a01", "gpu0", "9000"), ("gpu-a01", "gpu2", "9001"), ("gpu-a01", "gpu4", "9002"),
+        ("gpu-a01", "gpu6", "9003"), ("gpu-a02", "gpu0", "9000")]
+
+
+def test_published_instances_win_over_derivation():
+    hostvars = {"gpu-a01": dict(DERIVED["gpu-a01"], vllm_effective_instances=[{"name": "x", "port": 8100}])}
+    got = router_backends(hostvars, ["gpu-a01"])
+    assert [(b["instance"], b["url"]) for b in got] == [("x", "http://10.20.0.11:8100")]
+
+
+def test_unknown_instances_give_no_backend_and_bad_tp_names_the_variable():
+    assert not router_backends({"n": {"kvcache_model": "m"}}, ["n"])
+    with pytest.raises(AnsibleFilterError, match="kvcache_tensor_parallel_size"):
+        router_backends({"n": dict(DERIVED["gpu-a01"], kvcache_tensor_parallel_size=0)}, ["n"])

@@ -153,3 +153,19 @@ def test_observability_defaults_mirror_the_roles_that_own_the_ports():
     assert obs["lmcache_mp_http_port"] == lmc["lmcache_mp_http_port"]
     assert obs["lmcache_mp_http_host"] == lmc["lmcache_mp_http_host"]
     assert obs["kvcache_lmcache_mode"] == fleet["kvcache_lmcache_mode"]
+
+
+def test_vllm_targets_of_derived_instances():
+    """Issue #18: derived instances (no vllm_instances) are scraped, one target each."""
+    hostvars = {
+        "gpu-a01": {"ansible_host": "10.20.0.11", "ansible_facts": {"gpu_facts": {"count": 8}}},
+        "gpu-a02": {"ansible_host": "10.20.0.12", "vllm_instances": [], "ansible_facts": {"gpu_facts": {"count": 2}}},
+        "gpu-a03": {"ansible_host": "10.20.0.13",
+                    "vllm_effective_instances": [{"name": "gpu0", "port": 8000, "gpus": [0, 1]}]},
+    }
+    got = scrape_targets(hostvars, ["gpu-a01", "gpu-a02", "gpu-a03"], "vllm",
+                         defaults={"kvcache_tensor_parallel_size": 2})
+    assert [(g["labels"]["kvcache_node"], g["labels"]["kvcache_instance"], g["targets"][0]) for g in got] == [
+        ("gpu-a01", "gpu0", "10.20.0.11:8000"), ("gpu-a01", "gpu2", "10.20.0.11:8001"),
+        ("gpu-a01", "gpu4", "10.20.0.11:8002"), ("gpu-a01", "gpu6", "10.20.0.11:8003"),
+        ("gpu-a02", "gpu0", "10.20.0.12:8000"), ("gpu-a03", "gpu0", "10.20.0.13:8000")]
