@@ -6,6 +6,7 @@ time_command() (the converge section's timer and bench.py's --converge LABEL=COM
 """
 
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -127,4 +128,61 @@ def time_command(command, label=None, cwd=ROOT, env=None, timeout=3600, log_path
         "unreachable_total": total.get("unreachable") if recap else None,
         "timed_out": timed_out,
         "output_tail": output[-4000:],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# module runs (scripts/bench_plugins/callback/module_runs.py)
+
+MODULE_RUNS_PLUGIN_DIR = os.path.join(HERE, "bench_plugins", "callback")
+MODULE_RUNS_ENV = "KVCACHE_MODULE_RUNS_LOG"
+
+
+def module_runs_env(log_path, configured_callbacks="ansible.posix.profile_tasks"):
+    """Environment that makes ansible-playbook count its module runs into log_path (JSON lines).
+
+    ANSIBLE_CALLBACKS_ENABLED replaces ansible.cfg's list, so the configured callbacks are
+    repeated here.
+    """
+    plugin_path = os.pathsep.join(p for p in (MODULE_RUNS_PLUGIN_DIR, os.environ.get("ANSIBLE_CALLBACK_PLUGINS")) if p)
+    return {MODULE_RUNS_ENV: log_path, "ANSIBLE_CALLBACK_PLUGINS": plugin_path,
+            "ANSIBLE_CALLBACKS_ENABLED": ",".join(c for c in (configured_callbacks, "module_runs") if c)}
+
+
+def count_module_runs(log_path, nodes=None, top=10):
+    """Module runs read from the callback's JSON lines.
+
+    Returns {total, per_target: {target: n}, per_node: mean over the targets in nodes (None
+    without nodes), controller: runs on localhost, by_module: [[module, n]...], by_task:
+    [[task, n]...]} (largest first), or None when there is no log.
+    """
+    if not log_path or not os.path.exists(log_path):
+        return None
+    per_target, by_module, by_task, total = {}, {}, {}, 0
+    with open(log_path, encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            total += 1
+            target = row.get("target") or "?"
+            per_target[target] = per_target.get(target, 0) + 1
+            module = (row.get("module") or "?").replace("ansible.legacy.", "ansible.builtin.")
+            by_module[module] = by_module.get(module, 0) + 1
+            by_task[row.get("task") or "?"] = by_task.get(row.get("task") or "?", 0) + 1
+    node_counts = [per_target.get(n, 0) for n in (nodes or [])]
+
+    def _top(counts):
+        return [[k, v] for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
+    return {
+        "total": total,
+        "per_target": dict(sorted(per_target.items())),
+        "per_node": (sum(node_counts) / float(len(node_counts))) if node_counts else None,
+        "controller": per_target.get("localhost", 0),
+        "by_module": _top(by_module),
+        "by_task": _top(by_task),
     }

@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+import bench_common
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -258,19 +260,20 @@ def render_markdown(conv):
                                                conv.get("forks"), conv.get("pipelining")))
     lines.append("")
     lines += ["| nodes | cold s | rerun s | rerun s/host | rerun controller CPU s/host | rerun machine CPU s "
-              "| rerun CPU floor s | rerun changed | rerun failed | load after | rc |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+              "| rerun CPU floor s | rerun module runs/node | rerun changed | rerun failed | load after | rc |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in conv.get("results", []):
         cold, rerun = r.get("cold") or {}, r.get("rerun") or {}
-        lines.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["nodes"], sec(cold.get("seconds")), sec(rerun.get("seconds")),
             "-" if rerun.get("per_host_seconds") is None else "%.2f" % rerun["per_host_seconds"],
             "-" if rerun.get("controller_cpu_seconds_per_host") is None else "%.2f" % rerun["controller_cpu_seconds_per_host"],
             sec(rerun.get("machine_cpu_seconds")), sec(rerun.get("cpu_floor_seconds")),
+            sec((rerun.get("module_runs") or {}).get("per_node")),
             rerun.get("changed_total", "-"), rerun.get("failed_total", "-"), rerun.get("loadavg_after", "-"),
             "cold %s / rerun %s" % (cold.get("rc", "-"), rerun.get("rc", "-"))))
         if r.get("error"):
-            lines.append("| | error: %s | | | | | | | | | |" % str(r["error"]).replace("|", "/")[:200])
+            lines.append("| | error: %s | | | | | | | | | | |" % str(r["error"]).replace("|", "/")[:200])
     lab = conv.get("lab") or {}
     lines.append("")
     if lab.get("rerun"):
@@ -278,6 +281,13 @@ def render_markdown(conv):
         lines.append("Full-stack lab rerun (`ansible-playbook site.yml`, lab inventory): %.1f s, %d hosts, changed=%s, "
                      "rc %s, load after %s." % (rr["seconds"], rr["hosts"], rr.get("changed_total"), rr.get("rc"),
                                                 rr.get("loadavg_after", "-")))
+        runs = rr.get("module_runs") or {}
+        if runs.get("total"):
+            lines.append("")
+            lines.append("Module runs (AnsiballZ starts, counted by scripts/bench_plugins/callback/module_runs.py): "
+                         "%d in all, %s per node, %d on the controller; most: %s." % (
+                             runs["total"], sec(runs.get("per_node")), runs.get("controller", 0),
+                             ", ".join("%s %d" % (m, n) for m, n in runs.get("by_module", [])[:5])))
         if rr.get("machine_cpu_seconds") is not None:
             lines.append("")
             lines.append("The machine was busy for %.1f CPU-seconds during it (controller, docker, the module runs in "
@@ -307,6 +317,11 @@ def render_markdown(conv):
         lines += ["", "Where the %d-node rerun goes (profile_tasks, slowest tasks):" % biggest["nodes"], ""]
         for row in biggest["rerun"]["slowest_tasks"][:8]:
             lines.append("- %.2f s %s" % (row["seconds"], row["task"]))
+        runs = biggest["rerun"].get("module_runs") or {}
+        if runs.get("by_task"):
+            lines += ["", "Tasks with the most module runs in that rerun (all hosts):", ""]
+            for task, count in runs["by_task"][:8]:
+                lines.append("- %d %s" % (count, task))
     for note in conv.get("notes", []):
         lines.append("- %s" % note)
     lines.append("")
@@ -446,7 +461,11 @@ def _ansible_settings():
 def _timed(time_command, argv, label, log_path, timeout):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     machine_before = machine_cpu_seconds()
-    result = time_command(argv, label=label, timeout=timeout, log_path=log_path)
+    runs_log = log_path + ".module-runs.jsonl"
+    if os.path.exists(runs_log):
+        os.unlink(runs_log)
+    result = time_command(argv, label=label, timeout=timeout, log_path=log_path,
+                          env=bench_common.module_runs_env(runs_log))
     machine_after = machine_cpu_seconds()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     # CPU of the command's own process tree: ansible-playbook, its forks and the docker
@@ -462,9 +481,18 @@ def _timed(time_command, argv, label, log_path, timeout):
         result["cores"] = usable_cores()
         result["cpu_floor_seconds"] = cpu_floor(result["machine_cpu_seconds"], result["cores"])
     result["loadavg_after"] = round(os.getloadavg()[0], 1)
+    # Module runs (AnsiballZ starts) per managed host: what a rerun costs a node besides wall time.
+    runs = bench_common.count_module_runs(runs_log)
+    if runs is not None:
+        runs["per_node"] = _mean([n for t, n in runs["per_target"].items() if t != "localhost"])
+    result["module_runs"] = runs
     result["slowest_tasks"] = parse_profile_tasks(result.pop("output", None) or _read(log_path))
     result["log"] = os.path.relpath(log_path, ROOT)
     return result
+
+
+def _mean(values):
+    return (sum(values) / float(len(values))) if values else None
 
 
 def _read(path):

@@ -113,9 +113,14 @@ def test_render_markdown():
                "lab": {"reason": "lab not up"}}
     section["results"][1]["rerun"]["per_host_seconds"] = 1.5
     section["results"][1]["rerun"]["slowest_tasks"] = [{"task": "x : y", "seconds": 2.0}]
+    section["results"][1]["rerun"]["module_runs"] = {"total": 300, "per_node": 37.5, "controller": 0,
+                                                     "by_module": [["ansible.builtin.stat", 120]],
+                                                     "by_task": [["vllm : Write the unit", 16]]}
     section["targets"] = conv.summarize_targets(section["results"], section["lab"])
     text = "\n".join(conv.render_markdown(section))
-    assert "| 8 | 150.0 | 12.0 | 1.50 | - | - | - | 0 |" in text
+    assert "| 8 | 150.0 | 12.0 | 1.50 | - | - | - | 37.5 | 0 |" in text
+    assert "| 2 | 100.0 | 10.0 | - | - | - | - | - | 0 |" in text
+    assert "- 16 vllm : Write the unit" in text
     assert "rerun(8 nodes) / rerun(2 nodes) < 4x: **met** (1.20x)" in text
     assert "lab rerun < 60 s: **not measured**" in text
     assert "- 2.00 s x : y" in text
