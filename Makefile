@@ -28,7 +28,7 @@ export LMCACHE_TRACK_USAGE := false
 export ANSIBLE_LINT_SKIP_SCHEMA_UPDATE := 1
 export ANSIBLE_LINT_NODEPS := 0
 
-.PHONY: help venv collection docker image check lint sanity unit docs docs-check molecule integration gpu-contract test lab lab-test lab-down bench clean
+.PHONY: help venv collection docker image check lint sanity unit docs docs-check molecule integration gpu-contract dist test lab lab-test lab-down bench clean
 
 # Every scenario in molecule/; `make molecule MOLECULE_SCENARIOS="nodes router"` runs some.
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
@@ -93,12 +93,16 @@ integration: venv ## ONTAP / StorageGRID roles against recording test doubles of
 gpu-contract: venv ## The GPU path without a GPU: rendered settings against the CUDA builds of the pinned vLLM and LMCache (docs/gpu-acceptance.md)
 	@scripts/gpu-contract.sh
 
+dist: venv ## Build the collection tarball, install it into build/dist/collections, ansible-test sanity on the installed copy
+	@scripts/dist.sh
+
 # The GPU contract needs about 18 GB under build/ and 6 minutes cold (docs/gpu-acceptance.md).
-test: ## Everything CI runs: check, molecule, integration, the GPU contract, the lab end to end
+test: ## Everything CI runs: check, molecule, integration, the GPU contract, the built collection, the lab end to end
 	@$(MAKE) --no-print-directory check
 	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_CI_SCENARIOS)"
 	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory gpu-contract
+	@$(MAKE) --no-print-directory dist
 	@$(MAKE) --no-print-directory lab-test
 
 lab: venv image ## Bring the lab up and run site.yml on it

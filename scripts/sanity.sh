@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run `ansible-test sanity` offline on a copy of the collection laid out as
-# ansible_collections/kvcache/offload (ansible-test needs that path).
+# ansible_collections/kvcache/offload (ansible-test needs that path): the checkout's files, or
+# with `--from DIR` an installed collection (scripts/dist.sh). Other arguments go to ansible-test.
 #
 # ansible-test bootstraps pip in its own venvs with a get-pip script it downloads from
 # a host this machine cannot reach; a stand-in that uses ensurepip + pip (trusting the
@@ -36,10 +37,17 @@ subprocess.check_call([sys.executable, "-m", "ensurepip", "--default-pip"])
 subprocess.check_call([sys.executable, "-m", "pip", "install", "--cert", cafile] + args)
 PY
 
-# A fresh copy of what git tracks (and new files git does not ignore).
 mkdir -p "$tree"
-(cd "$here" && git ls-files -co --exclude-standard -z \
-  | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$tree"
+if [ "${1:-}" = "--from" ]; then
+  # A given tree (scripts/dist.sh: the collection installed from its tarball), copied whole.
+  src=$2
+  shift 2
+  (cd "$src" && tar -cf - .) | tar -xf - -C "$tree"
+else
+  # A fresh copy of what git tracks (and new files git does not ignore).
+  (cd "$here" && git ls-files -co --exclude-standard -z \
+    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$tree"
+fi
 cd "$tree"
 # ansible-test lists files with git; the copy is its own repository, since the
 # checkout's git ignores build/.
