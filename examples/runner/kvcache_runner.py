@@ -28,8 +28,8 @@ build/venv/bin/python after `make venv`): ansible-runner starts `ansible-playboo
 the example puts that interpreter's bin directory (or --ansible-bin-dir) first on the job's
 PATH, so it works from a fresh shell where the venv is not activated.
 
-It prints one JSON object (ident, status, rc, artifact_dir, stdout, stats, failed_tasks,
-report) and exits with the playbook's return code (0 ok, 2 a task failed on a host,
+It prints one JSON object (ident, status, rc, artifact_dir, stdout, stats, artifacts (the
+play's set_stats data), failed_tasks, report) and exits with the playbook's return code (0 ok, 2 a task failed on a host,
 4 a host unreachable, 254 runner timeout or cancel, 1 an error before the play ran).
 
 Library use: prepare_private_data_dir() then run_job(); a portal can also call
@@ -171,11 +171,13 @@ def summarize(private_data_dir, ident, runner=None):
         with open(path, encoding="utf-8") as handle:
             events.append(json.load(handle))
     events.sort(key=lambda e: e.get("counter", 0))
-    stats = {}
+    stats, artifacts = {}, {}
     for event in events:
         if event.get("event") == "playbook_on_stats":
             data = event.get("event_data", {})
             stats = dict((k, data.get(k, {})) for k in ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored"))
+            # set_stats data (the validation's kvcache_validation: result, stage statuses, paths).
+            artifacts = data.get("artifact_data") or {}
     failed = [
         {"host": e["event_data"].get("host"), "task": e["event_data"].get("task"),
          "ignored": bool(e["event_data"].get("ignore_errors"))}
@@ -202,6 +204,7 @@ def summarize(private_data_dir, ident, runner=None):
         "stdout": os.path.join(adir, "stdout"),
         "events": len(events),
         "stats": stats,
+        "artifacts": artifacts,
         "failed_tasks": failed,
         "report": report,
     }

@@ -215,3 +215,9 @@ def test_the_documented_command_validates_the_lab_from_a_fresh_shell(tmp_path, i
     assert (summary["status"], summary["rc"], summary["failed_tasks"]) == ("successful", 0, []), summary
     assert summary["report"]["result"] == "pass", summary["report"]
     assert summary["report"]["json"].startswith(str(tmp_path / "jobs" / "42" / "artifacts" / "job-42" / "validation"))
+    # The validation's set_stats data, what AWX shows as the job's artifacts (docs/awx.md).
+    handed = summary["artifacts"]["kvcache_validation"]
+    assert handed["result"] == "pass", handed
+    assert os.path.dirname(handed["report_json"]) == os.path.dirname(summary["report"]["json"]), handed
+    assert os.path.isfile(handed["report_json"]) and os.path.isfile(handed["report_markdown"]), handed
+    assert sorted(handed["stages"]) == sorted(STAGES) and set(handed["stages"].values()) == {"pass"}, handed
