@@ -96,6 +96,13 @@ gpu-contract: venv ## The GPU path without a GPU: rendered settings against the 
 dist: venv ## Build the collection tarball, install it into build/dist/collections, ansible-test sanity on the installed copy
 	@scripts/dist.sh
 
+# The execution environment a portal runs the collection in (docs/execution-environment.md):
+# built from the local base image with ansible-builder only when its inputs changed, then
+# smoke-tested. It takes the tarball of `make dist` (rebuilt without sanity when stale).
+.PHONY: ee
+ee: venv image ## The execution environment image kvcache-offload/ee (ansible-builder), rebuilt when its inputs change, then its smoke test
+	@scripts/ee.sh >/dev/null
+
 # The GPU contract needs about 18 GB under build/ and 6 minutes cold (docs/gpu-acceptance.md).
 test: ## Everything CI runs: check, molecule, integration, the GPU contract, the built collection, the lab end to end
 	@$(MAKE) --no-print-directory check
@@ -103,6 +110,7 @@ test: ## Everything CI runs: check, molecule, integration, the GPU contract, the
 	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory gpu-contract
 	@$(MAKE) --no-print-directory dist
+	@$(MAKE) --no-print-directory ee
 	@$(MAKE) --no-print-directory lab-test
 
 lab: venv image ## Bring the lab up and run site.yml on it
