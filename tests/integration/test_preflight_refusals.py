@@ -1,0 +1,126 @@
+"""playbooks/preflight.yml on the lab inventory refuses each bad input before any stage runs (#18 item 4).
+
+The lab inventory as shipped (inventories/lab), NOT the running lab: every host is redirected
+to the local connection (`-e ansible_connection=local`), so preflight reads this machine as
+each host, read-only, in check mode, and no lab container is contacted. Each case sets one
+input a new user gets wrong and asserts that the preflight playbook itself fails on it, with
+a message naming the variable to change and a fix, and that nothing reported a change.
+
+The kernel cases make the nodes report another kernel release: the interpreter is a wrapper
+whose sitecustomize makes platform.release() (where Ansible's setup module reads
+ansible_facts.kernel) return KVCACHE_TEST_KERNEL.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUILD, COLLECTIONS, ROOT, _ansible_playbook, flat
+
+PLAYBOOK = os.path.join(ROOT, "playbooks", "preflight.yml")
+INVENTORY = os.path.join(ROOT, "inventories", "lab")
+
+
+@pytest.fixture
+def preflight(tmp_path):
+    """Run the preflight playbook on the lab inventory (local connection, --check); return (rc, output, recaps)."""
+
+    def run(extra_vars=None, kernel=""):
+        site = tmp_path / "site"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(
+            "import os, platform\n"
+            "_k = os.environ.get('KVCACHE_TEST_KERNEL')\n"
+            "if _k:\n"
+            "    platform.release = lambda: _k\n")
+        python = tmp_path / "python"
+        python.write_text("#!/bin/sh\nPYTHONPATH=%s KVCACHE_TEST_KERNEL='%s' exec %s \"$@\"\n" % (site, kernel, sys.executable))
+        python.chmod(0o755)
+        data = {"ansible_connection": "local", "ansible_python_interpreter": str(python)}
+        data.update(extra_vars or {})
+        vars_file = tmp_path / "vars.json"
+        vars_file.write_text(json.dumps(data))
+        env = dict(os.environ)
+        env.update({
+            "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
+            "ANSIBLE_HOME": os.path.join(BUILD, "ansible-home"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+            "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
+            "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_NOCOLOR": "1",
+        })
+        proc = subprocess.run([_ansible_playbook(), "-i", INVENTORY, PLAYBOOK, "--check", "-e", "@%s" % vars_file],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        out = proc.stdout + proc.stderr
+        recaps = {}
+        for line in proc.stdout.splitlines():
+            if "ok=" in line and "changed=" in line and ":" in line:
+                host, counts = line.split(":", 1)
+                recaps[host.strip()] = {k: int(v) for k, v in (i.split("=") for i in counts.split())}
+        return proc.returncode, out, recaps
+
+    return run
+
+
+def assert_refused(result, *fragments):
+    rc, out, recaps = result
+    text = flat(out)
+    assert rc != 0, "preflight passed:\n" + out[-3000:]
+    assert recaps, out[-3000:]
+    assert all(r["changed"] == 0 for r in recaps.values()), recaps
+    assert sum(r["failed"] for r in recaps.values()) >= 1, recaps
+    assert "Fix:" in text, out[-3000:]
+    for fragment in fragments:
+        assert fragment in text, "%r not in:\n%s" % (fragment, out[-3000:])
+    return text
+
+
+def test_the_lab_inventory_passes_preflight_as_shipped(preflight):
+    rc, out, recaps = preflight()
+    assert rc == 0, out[-3000:]
+    assert set(recaps) == {"lab-node1", "lab-node2", "lab-router", "lab-s3", "localhost"}
+    assert all(r["failed"] == 0 and r["changed"] == 0 for r in recaps.values()), recaps
+
+
+def test_a_bad_router_setting_is_refused(preflight):
+    text = assert_refused(preflight({"router_policy": "fastest"}), "router_policy is 'fastest'")
+    assert "Host lab-router" in text
+
+
+def test_an_s3_endpoint_without_scheme_is_refused(preflight):
+    assert_refused(preflight({"kvcache_s3_endpoint": "s3.lab.internal:8333"}), "kvcache_s3_endpoint")
+
+
+def test_a_bad_bucket_name_is_refused(preflight):
+    assert_refused(preflight({"kvcache_s3_bucket": "KVCache_Lab"}), "kvcache_s3_bucket", "'KVCache_Lab'")
+
+
+def test_a_string_where_lmcache_wants_a_boolean_is_refused(preflight):
+    text = assert_refused(preflight({"lmcache_extra_config": {"save_unfull_chunk": "false"}}),
+                          "lmcache_extra_config.save_unfull_chunk is 'false' (string)", "true or false, unquoted")
+    assert "Host lab-node1" in text and "Host lab-node2" in text
+
+
+NFS = {"kvcache_mount_type": "nfs", "kvcache_mount_server": "192.0.2.10", "kvcache_fs_path": "/mnt/kvcache-preflight-test"}
+
+
+def test_a_kernel_without_trunkdiscovery_is_refused(preflight):
+    text = assert_refused(preflight(NFS, kernel="5.15.0-91-generic"),
+                          "kernel 5.15.0-91-generic does not know the NFS mount option trunkdiscovery",
+                          "Linux 5.18 or later", "kvcache_mount_extra_options", 'kvcache_mount_extra_options: ["write=eager"]',
+                          "upgrade its kernel")
+    assert "Host lab-node1" in text
+
+
+def test_the_fix_it_names_passes(preflight):
+    rc, out, _ = preflight(dict(NFS, kvcache_mount_extra_options=["write=eager"]), kernel="5.15.0-91-generic")
+    assert rc == 0, out[-3000:]
+
+
+def test_rhel_9_4_has_the_backport_and_9_0_does_not(preflight):
+    rc, out, _ = preflight(NFS, kernel="5.14.0-427.13.1.el9_4.x86_64")
+    assert rc == 0, out[-3000:]
+    assert_refused(preflight(NFS, kernel="5.14.0-70.13.1.el9_0.x86_64"),
+                   "kernel 5.14.0-70.13.1.el9_0.x86_64 does not know the NFS mount option trunkdiscovery")
