@@ -192,9 +192,9 @@ def stage_collections(requirements_yml, tarball, site_packages, out_dir):
         with open(manifest, encoding="utf-8") as handle:
             found = json.load(handle)["collection_info"]["version"]
         if found != version:
-            raise SystemExit("ee: the `ansible` package holds %s.%s %s, ee/requirements.yml pins %s: "
-                             "rename its entry to collections/%s-%s-%s.tar.gz" % (namespace, name, found, version,
-                                                                                 namespace, name, found))
+            fix = "rename its entry to collections/%s-%s-%s.tar.gz" % (namespace, name, found)
+            raise SystemExit("ee: the `ansible` package holds %s.%s %s, ee/requirements.yml pins %s: %s"
+                             % (namespace, name, found, version, fix))
         pack_installed_collection(src, dest)
 
 
