@@ -115,12 +115,12 @@ def test_a_kernel_without_trunkdiscovery_is_refused(preflight):
 
 
 def test_the_fix_it_names_passes(preflight):
-    rc, out, _ = preflight(dict(NFS, kvcache_mount_extra_options=["write=eager"]), kernel="5.15.0-91-generic")
+    rc, out, recaps = preflight(dict(NFS, kvcache_mount_extra_options=["write=eager"]), kernel="5.15.0-91-generic")
     assert rc == 0, out[-3000:]
 
 
 def test_rhel_9_4_has_the_backport_and_9_0_does_not(preflight):
-    rc, out, _ = preflight(NFS, kernel="5.14.0-427.13.1.el9_4.x86_64")
+    rc, out, recaps = preflight(NFS, kernel="5.14.0-427.13.1.el9_4.x86_64")
     assert rc == 0, out[-3000:]
     assert_refused(preflight(NFS, kernel="5.14.0-70.13.1.el9_0.x86_64"),
                    "kernel 5.14.0-70.13.1.el9_0.x86_64 does not know the NFS mount option trunkdiscovery")
