@@ -89,10 +89,17 @@ base_id=$(docker image inspect --format '{{.Id}}' "$base" 2>/dev/null) \
 
 version=$(python -c 'import yaml; print(yaml.safe_load(open("galaxy.yml"))["version"])')
 tarball="$here/build/dist/kvcache-offload-$version.tar.gz"
+newer=""
+if [ -f "$tarball" ]; then
+  # The first file of the checkout (tracked or not ignored) newer than the tarball, if any.
+  # shellcheck disable=SC2016  # $0 and $@ belong to the inner sh
+  newer=$(git ls-files -co --exclude-standard -z \
+    | xargs -0 -r sh -c 'find "$@" -maxdepth 0 -newer "$0" -print 2>/dev/null' "$tarball" | head -n 1 || true)
+fi
 if [ -n "${KVCACHE_EE_TARBALL:-}" ]; then
   tarball=$KVCACHE_EE_TARBALL  # a tarball built elsewhere (ansible-galaxy collection build)
-elif [ ! -f "$tarball" ] || [ -n "$(git ls-files -co --exclude-standard -z | xargs -0 -r find 2>/dev/null -maxdepth 0 -newer "$tarball" | head -n 1)" ]; then
-  echo "==> ee: the collection tarball is missing or older than the checkout: scripts/dist.sh" >&2
+elif [ ! -f "$tarball" ] || [ -n "$newer" ]; then
+  echo "==> ee: the collection tarball is missing or older than the checkout (${newer:-no tarball}): scripts/dist.sh" >&2
   DIST_SANITY=0 scripts/dist.sh >&2
 fi
 
