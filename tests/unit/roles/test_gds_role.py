@@ -28,9 +28,12 @@ CASES = {
     "bad_cuda": {"gds_cuda_version": "13.0"},
     "proprietary": {"nvidia_driver_kernel_modules": "proprietary"},
     "pre_turing": {"fake_gpu_facts": dict(GPU_OK, open_kernel_modules_supported=False)},
-    "old_branch": {"fake_gpu_facts": dict(GPU_OK, driver_branch="570")},
+    "old_branch": {"gds_cuda_version": "13-0", "fake_gpu_facts": dict(GPU_OK, driver_branch="570")},
     "cuda12_on_570": {"gds_cuda_version": "12-8", "fake_gpu_facts": dict(GPU_OK, driver_branch="570")},
-    "no_driver_yet_branch_var": {"fake_gpu_facts": {"status": "no-driver"}, "nvidia_driver_branch": "550"},
+    "auto_on_570": {"fake_gpu_facts": dict(GPU_OK, driver_branch="570")},
+    "auto_on_470": {"fake_gpu_facts": dict(GPU_OK, driver_branch="470")},
+    "no_driver_yet_branch_var": {"gds_cuda_version": "13-0", "fake_gpu_facts": {"status": "no-driver"},
+                                 "nvidia_driver_branch": "550"},
     "old_kernel": {"fake_kernel": "4.4.0-210-generic"},
     "mofed_missing": {"gds_rdma_stack": "mofed"},
 }
@@ -45,6 +48,7 @@ REFUSED = {
     "proprietary": "nvidia_driver_kernel_modules is proprietary",
     "pre_turing": "open modules supported: False",
     "old_branch": "branch 580 or newer",
+    "auto_on_470": "no CUDA 12 or 13 release for driver branch '470'",
     "no_driver_yet_branch_var": "550",
     "old_kernel": "4.4.0-210-generic",
     "mofed_missing": "ofed_info",
@@ -90,7 +94,7 @@ def outcome(tmp_path_factory):
 
 
 def test_accepted_cases_pass(outcome):
-    for name in ("ok", "gds_off", "ipv6_addr", "cuda12_on_570"):
+    for name in ("ok", "gds_off", "ipv6_addr", "cuda12_on_570", "auto_on_570"):
         assert name not in outcome, outcome.get(name)
 
 
