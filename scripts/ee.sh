@@ -122,6 +122,10 @@ else
   fi
 fi
 docker tag "$image" "$repo:current"
+# Earlier builds' tags go (their layers stay while another image uses them).
+for old in $(docker images "$repo" --format '{{.Tag}}' | grep -vxE "current|$tag" || true); do
+  docker rmi "$repo:$old" >/dev/null 2>&1 || true
+done
 echo "    $image: $(docker image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}') ($(( $(date +%s) - start )) s)" >&2
 smoke "$image"
 echo "$image"
