@@ -32,7 +32,7 @@ installed="$dist/collections/ansible_collections/kvcache/offload"
 
 echo "==> dist: what shipped"
 fail=0
-for lab_only in roles/s3_store inventories/lab playbooks/lab_up.yml playbooks/lab_down.yml playbooks/lab_info.yml \
+for lab_only in roles/s3_store inventories/lab playbooks/lab_up.yml playbooks/lab_down.yml playbooks/lab_info.yml ee execution-environment.yml \
     tests molecule scripts Makefile .ci; do
   if [ -e "$installed/$lab_only" ]; then echo "dist: lab-only or tooling content shipped: $lab_only" >&2; fail=1; fi
 done
@@ -47,8 +47,12 @@ if grep -rnE '^\s*-?\s*(role|name):\s*kvcache\.offload\.s3_store' "$installed/pl
   echo "dist: a shipped playbook or role names the lab-only s3_store role statically" >&2; fail=1
 fi
 [ "$fail" -eq 0 ] || exit 1
-ANSIBLE_COLLECTIONS_PATH="$dist/collections" ansible-galaxy collection list kvcache.offload 2>/dev/null \
-  | grep -q "$dist/collections" || { echo "dist: ansible-galaxy does not list the installed copy" >&2; exit 1; }
+# (Read whole first: `... | grep -q` ends the pipe early and pipefail then fails on SIGPIPE.)
+listed=$(ANSIBLE_COLLECTIONS_PATH="$dist/collections" ansible-galaxy collection list kvcache.offload 2>/dev/null || true)
+case "$listed" in
+  *"$dist/collections"*) ;;
+  *) echo "dist: ansible-galaxy does not list the installed copy: $listed" >&2; exit 1 ;;
+esac
 echo "    nothing lab-only shipped; $(find "$installed/roles" -mindepth 1 -maxdepth 1 -type d | wc -l) roles, $(ls "$installed/plugins/modules" | grep -c '\.py$') modules"
 
 if [ "${DIST_SANITY:-1}" = "1" ]; then
