@@ -28,7 +28,7 @@ export LMCACHE_TRACK_USAGE := false
 export ANSIBLE_LINT_SKIP_SCHEMA_UPDATE := 1
 export ANSIBLE_LINT_NODEPS := 0
 
-.PHONY: help venv collection docker image check lint sanity unit docs docs-check molecule integration gpu-contract dist test lab lab-test lab-down bench clean
+.PHONY: help venv collection docker image check lint sanity unit docs docs-check molecule integration gpu-contract fleet dist test lab lab-test lab-down bench clean
 
 # Every scenario in molecule/; `make molecule MOLECULE_SCENARIOS="nodes router"` runs some.
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
@@ -87,7 +87,7 @@ molecule: venv image ## Molecule scenarios (converge, idempotence, verify); MOLE
 
 integration: venv ## ONTAP / StorageGRID roles against recording test doubles of their APIs
 	@echo "==> integration tests (management API test doubles)"
-	@python -m pytest tests/integration -q -p no:cacheprovider -o testpaths=tests/integration --ignore=tests/integration/lab
+	@python -m pytest tests/integration -q -p no:cacheprovider -o testpaths=tests/integration --ignore=tests/integration/lab --ignore=tests/integration/fleet
 
 # GPU_CONTRACT_PAIR=<vllm>,<lmcache> checks a candidate pair instead of the matrix's cuda pins.
 gpu-contract: venv ## The GPU path without a GPU: rendered settings against the CUDA builds of the pinned vLLM and LMCache (docs/gpu-acceptance.md)
@@ -103,12 +103,18 @@ dist: venv ## Build the collection tarball, install it into build/dist/collectio
 ee: venv image ## The execution environment image kvcache-offload/ee (ansible-builder), rebuilt when its inputs change, then its smoke test
 	@scripts/ee.sh >/dev/null
 
+# After gpu-contract: it mounts that venv read-only into the nodes (docs/lab.md, "The GPU-shaped fleet").
+# FLEET_KEEP=1 leaves the containers up (kvcache-fleet-*) after the run.
+fleet: venv image ## inventories/example as shipped on GPU-shaped containers (HGX 8-GPU + PCIe 2-GPU), asserted (issue #18)
+	@scripts/fleet-test.sh
+
 # The GPU contract needs about 18 GB under build/ and 6 minutes cold (docs/gpu-acceptance.md).
-test: ## Everything CI runs: check, molecule, integration, the GPU contract, the built collection, the lab end to end
+test: ## Everything CI runs: check, molecule, integration, the GPU contract, the GPU-shaped fleet, the built collection, the lab end to end
 	@$(MAKE) --no-print-directory check
 	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_CI_SCENARIOS)"
 	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory gpu-contract
+	@$(MAKE) --no-print-directory fleet
 	@$(MAKE) --no-print-directory dist
 	@$(MAKE) --no-print-directory ee
 	@$(MAKE) --no-print-directory lab-test
