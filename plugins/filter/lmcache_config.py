@@ -18,6 +18,8 @@ description:
   - Returns C(errors) (a value of the wrong type - a string where LMCache wants a boolean, a number or a list; a
     string boolean inside C(extra_config)) and C(warnings) (a key LMCache does not define, which it ignores; a
     deprecated alias). Each entry names the key as C(<name>.<key>).
+  - C(lmcache_env_problems) checks the C(LMCACHE_<KEY>) entries of an environment mapping (C(vllm_extra_env), an
+    instance's C(env)) the same way, as LMCache converts environment strings; it returns a list of errors.
   - LMCache converts a file's values with its own converters; a string where it wants a boolean is true only when it
     is C(true) or C(1) (C(yes) and C(on) are false), and a value its converter cannot read becomes C(None) with a
     log line only. So a wrong type is refused here, on the controller, before any host changes.
@@ -163,8 +165,48 @@ def lmcache_config_problems(config, name="lmcache_extra_config"):
     return {"errors": errors, "warnings": warnings, "lmcache_version": LMCACHE_VERSION}
 
 
+def lmcache_env_problems(env, name="vllm_extra_env"):
+    """Errors for LMCACHE_<KEY> entries of an environment mapping whose value LMCache's converter misreads.
+
+    LMCache reads LMCACHE_<KEY> for every key of its configuration (an environment value is a string:
+    booleans are true only for 'true'/'1', numbers that do not parse become None). Other LMCACHE_*
+    variables (LMCACHE_CONFIG_FILE, LMCACHE_TRACK_USAGE, ...) are not configuration keys and pass.
+    """
+    errors = []
+    for key in sorted(env or {}, key=str):
+        if not str(key).startswith("LMCACHE_"):
+            continue
+        conf = str(key)[len("LMCACHE_"):].lower()
+        conf = ALIASES.get(conf, conf)
+        if conf not in DEFINITIONS:
+            continue
+        kind = DEFINITIONS[conf][0]
+        value = env[key]
+        text = str(value).strip()
+        if isinstance(value, bool):
+            good = kind == "bool"
+        elif kind == "bool":
+            good = text.lower() in ("true", "1", "false", "0")
+        elif kind in ("int", "float", "list[int]", "list[float]"):
+            convert = int if kind in ("int", "list[int]") else float
+            parts = [p.strip() for p in text.split(",") if p.strip()] if kind.startswith("list[") else [text]
+            good = True
+            for part in parts:
+                try:
+                    convert(part)
+                except ValueError:
+                    good = False
+        else:
+            good = True
+        if not good:
+            errors.append("%s.%s is %r: LMCache %s reads it as %s (key %s) and would %s." % (
+                name, key, _plain(value), LMCACHE_VERSION, _example(kind), conf,
+                "take it as false" if kind == "bool" else "drop it (None) with a log line only"))
+    return errors
+
+
 class FilterModule(object):
     """kvcache.offload LMCache configuration filters."""
 
     def filters(self):
-        return {"lmcache_config_problems": lmcache_config_problems}
+        return {"lmcache_config_problems": lmcache_config_problems, "lmcache_env_problems": lmcache_env_problems}

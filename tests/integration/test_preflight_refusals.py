@@ -124,3 +124,8 @@ def test_rhel_9_4_has_the_backport_and_9_0_does_not(preflight):
     assert rc == 0, out[-3000:]
     assert_refused(preflight(NFS, kernel="5.14.0-70.13.1.el9_0.x86_64"),
                    "kernel 5.14.0-70.13.1.el9_0.x86_64 does not know the NFS mount option trunkdiscovery")
+
+
+def test_an_lmcache_variable_in_the_engine_environment_lmcache_misreads_is_refused(preflight):
+    assert_refused(preflight({"vllm_extra_env": {"LMCACHE_LOCAL_CPU": "yes"}}),
+                   "vllm_extra_env.LMCACHE_LOCAL_CPU is 'yes'", "take it as false")

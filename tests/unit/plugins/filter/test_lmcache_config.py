@@ -123,3 +123,24 @@ def test_the_generator_reproduces_the_table(tmp_path):
     committed = os.path.join(ROOT, "plugins", "module_utils", "lmcache_config_table.py")
     with open(committed, encoding="utf-8") as handle:
         assert out.read_text() == handle.read()
+
+
+@pytest.mark.parametrize("env", [
+    {"LMCACHE_LOCAL_CPU": "True", "LMCACHE_CHUNK_SIZE": "256", "LMCACHE_MAX_LOCAL_CPU_SIZE": "5.5"},
+    {"LMCACHE_LOCAL_CPU": False, "LMCACHE_SAVE_DECODE_CACHE": "0", "LMCACHE_BLEND_CHECK_LAYERS": "1,2"},
+    {"LMCACHE_TRACK_USAGE": "false", "LMCACHE_CONFIG_FILE": "/etc/x.yaml", "PYTHONHASHSEED": "0"},
+])
+def test_lmcache_env_values_lmcache_reads_right_pass(env):
+    assert c.lmcache_env_problems(env) == []
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ({"LMCACHE_LOCAL_CPU": "yes"}, "vllm_extra_env.LMCACHE_LOCAL_CPU is 'yes': LMCache 0.5.6 reads it as true or false"),
+    ({"LMCACHE_CHUNK_SIZE": "256k"}, "LMCACHE_CHUNK_SIZE is '256k'"),
+    ({"LMCACHE_MAX_LOCAL_CPU_SIZE": "5GB"}, "drop it (None)"),
+    ({"LMCACHE_BLEND_CHECK_LAYERS": "1;2"}, "a list of whole numbers"),
+    ({"LMCACHE_ENABLE_XPYD": "on"}, "(key enable_pd)"),
+])
+def test_lmcache_env_values_lmcache_misreads_are_errors(env, fragment):
+    (error,) = c.lmcache_env_problems(env)
+    assert fragment in error
