@@ -14,7 +14,8 @@ ROCKY9 = {"distribution": "Rocky", "distribution_version": "9.5", "architecture"
 
 def test_filters_are_registered():
     assert set(flt.FilterModule().filters()) == {
-        "nvidia_driver_plan", "nvidia_fabricmanager_spec", "nvidia_toolkit_plan", "container_engine_packages"}
+        "nvidia_driver_plan", "nvidia_fabricmanager_spec", "nvidia_toolkit_plan", "container_engine_packages",
+        "nvidia_fabricmanager_plan", "nvidia_epel_plan", "nvidia_secure_boot_plan", "nvidia_apt_source_plan"}
 
 
 @pytest.mark.parametrize("facts,repo_dir", [(UBUNTU22, "ubuntu2204"), (UBUNTU24, "ubuntu2404")])
