@@ -396,9 +396,9 @@ def gds_path_verdict(before, after, cufile_stats=None, expect_reads=True, expect
     if not after.get("io_stats"):
         causes.append(_cause("io_stats_disabled"))
     else:
-        if expect_reads and not (reads or 0) > 0:
+        if expect_reads and (reads or 0) <= 0:
             causes.append(_cause("no_gds_reads", "reads n +%s" % (reads if reads is not None else "?")))
-        if expect_writes and not (writes or 0) > 0:
+        if expect_writes and (writes or 0) <= 0:
             causes.append(_cause("no_gds_writes", "writes n +%s" % (writes if writes is not None else "?")))
     errors = [(s, k, _delta(before, after, s, k)) for s, k in
               (("reads", "err"), ("reads", "io_state_err"), ("writes", "err"), ("writes", "io_state_err"))]

@@ -91,6 +91,6 @@ def test_cufile_json_is_what_libcufile_reads(point):
 
 
 def test_libcufile_check_can_fail():
-    _, binary = libcufile()
+    binary = libcufile()[1]
     assert b"properties.allow_compat_mode" in binary
     assert b"properties.allow_compat_modes" not in binary

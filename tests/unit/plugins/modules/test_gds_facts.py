@@ -63,7 +63,7 @@ def test_reads_nvfs_stats_and_param(run_module, tmp_path):
 
 def test_baseline_without_growth_fails_with_causes(run_module, tmp_path):
     stats = fx("nvidia_fs_stats_nfs_client_io_stats.txt")
-    first, _ = run_module(gds_facts, base(tmp_path, run_gdscheck=False, nvfs_stats_file=stats))
+    first = run_module(gds_facts, base(tmp_path, run_gdscheck=False, nvfs_stats_file=stats))[0]
     args = base(tmp_path, run_gdscheck=False, nvfs_stats_file=stats, baseline=first["gds"]["nvfs"], fail_on_problems=True)
     result, failed = run_module(gds_facts, args)
     assert failed
@@ -72,7 +72,7 @@ def test_baseline_without_growth_fails_with_causes(run_module, tmp_path):
 
 def test_baseline_with_growth_passes(run_module, tmp_path):
     source = fx("nvidia_fs_stats_nfs_client_io_stats.txt")
-    first, _ = run_module(gds_facts, base(tmp_path, run_gdscheck=False, nvfs_stats_file=source))
+    first = run_module(gds_facts, base(tmp_path, run_gdscheck=False, nvfs_stats_file=source))[0]
     with open(source) as handle:
         later = handle.read().replace("n=424436862", "n=424436900").replace("n=309770912 ok", "n=309770950 ok")
     after = tmp_path / "stats"
