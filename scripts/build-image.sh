@@ -28,6 +28,8 @@ fi
 echo "==> building $image with mmdebstrap (about a minute)" >&2
 # Hooks run in the new root and trim units that make no sense in a container. The apt
 # lists stay, as on a freshly installed server (apt's cache_valid_time then works).
+# The hooks' "$1" is expanded by mmdebstrap (the new root), not here: single quotes on purpose.
+# shellcheck disable=SC2016
 # Containers must be run with stop signal SIGRTMIN+3: this Docker cannot bake STOPSIGNAL
 # into an imported image. The image's apt sources are the host's.
 mmdebstrap --quiet --variant=minbase --include="$packages" --skip=cleanup/apt/lists \

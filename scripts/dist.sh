@@ -53,7 +53,7 @@ case "$listed" in
   *"$dist/collections"*) ;;
   *) echo "dist: ansible-galaxy does not list the installed copy: $listed" >&2; exit 1 ;;
 esac
-echo "    nothing lab-only shipped; $(find "$installed/roles" -mindepth 1 -maxdepth 1 -type d | wc -l) roles, $(ls "$installed/plugins/modules" | grep -c '\.py$') modules"
+echo "    nothing lab-only shipped; $(find "$installed/roles" -mindepth 1 -maxdepth 1 -type d | wc -l) roles, $(find "$installed/plugins/modules" -maxdepth 1 -name '*.py' | wc -l) modules"
 
 if [ "${DIST_SANITY:-1}" = "1" ]; then
   echo "==> dist: ansible-test sanity on the installed copy"

@@ -107,6 +107,8 @@ PY
 overlay_key="$missing $(python -c 'import importlib.metadata as m; print(" ".join("%s==%s" % (p, m.version(p)) for p in ("pytest", "pluggy", "iniconfig", "packaging", "pygments")))')"
 if [ -n "$missing" ] && [ "$(cat "$overlay/.stamp" 2>/dev/null)" != "$overlay_key" ]; then
   rm -rf "$overlay"
+  # $missing is a list of package names: split on purpose.
+  # shellcheck disable=SC2086
   pins=$(python -c 'import importlib.metadata as m, sys; print(" ".join("%s==%s" % (p, m.version(p)) for p in sys.argv[1:]))' $missing)
   # shellcheck disable=SC2086
   python -m pip install --quiet --no-deps --target "$overlay" $pins
