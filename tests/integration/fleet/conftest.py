@@ -1,5 +1,6 @@
 """The GPU-shaped fleet's records and snapshots (written by scripts/fleet-test.sh under
 build/fleet; `make fleet` runs the harness, which runs these tests last)."""
+import ast
 import json
 import os
 
@@ -22,7 +23,12 @@ def _need(path):
 
 def record(run):
     with open(_need(os.path.join(STATE, "record-%s.json" % run))) as handle:
-        return json.load(handle)
+        data = json.load(handle)
+    # A multi-line template renders as its Python repr (ansible-core 2.19): read it back.
+    for key in ("nodes", "routers", "observability"):
+        if isinstance(data.get(key), str):
+            data[key] = ast.literal_eval(data[key].strip())
+    return data
 
 
 def log(run):
