@@ -72,7 +72,7 @@ print(i["venv"], i["vllm"], i["lmcache"], "yes" if i["tested"] else "no")' "$inf
 echo "    vllm $vllm_version + lmcache $lmcache_version (marked tested in the matrix: $tested); $(du -sh "$venv" | cut -f1) venv"
 
 # --- 2. the rendered settings ---
-render_key=$(hash_of roles/kvcache roles/lmcache roles/vllm inventories/example plugins \
+render_key=$(hash_of roles/kvcache roles/lmcache roles/vllm roles/gds inventories/example plugins \
   tests/gpu_contract/playbooks tests/unit/fixtures/nvidia_smi "$(python -c 'import ansible.release as r; print(r.__version__)')")
 if [ -f "$dir/rendered.json" ] && [ "$(cat "$dir/render.stamp" 2>/dev/null)" = "$render_key" ]; then
   echo "==> GPU contract: rendered settings unchanged"

@@ -116,9 +116,9 @@ def test_no_role_has_validate_tasks_or_entry_point():
 
 
 def test_the_roles_with_checks():
-    # The eleven roles that had tasks/validate.yml; a new role with input checks joins the list.
+    # The eleven roles that had tasks/validate.yml, and gds; a new role with input checks joins the list.
     assert roles_with_checks() == {
-        "container_runtime", "inference_env", "kvcache_mount", "kvcache_prune", "lmcache", "nvidia_driver",
+        "container_runtime", "gds", "inference_env", "kvcache_mount", "kvcache_prune", "lmcache", "nvidia_driver",
         "ontap_nfs", "router", "s3_store", "storagegrid_s3", "vllm"}
 
 
