@@ -152,9 +152,10 @@ def module_runs_env(log_path, configured_callbacks="ansible.posix.profile_tasks"
 def count_module_runs(log_path, nodes=None, top=10):
     """Module runs read from the callback's JSON lines.
 
-    Returns {total, per_target: {target: n}, per_node: mean over the targets in nodes (None
-    without nodes), controller: runs on localhost, by_module: [[module, n]...], by_task:
-    [[task, n]...]} (largest first), or None when there is no log.
+    Returns {total, per_target: {target: n}, per_node: mean over the targets in nodes (without
+    nodes: over every target but localhost; None when there is none), controller: runs on
+    localhost, by_module: [[module, n]...], by_task: [[task, n]...]} (largest first), or None
+    when there is no log.
     """
     if not log_path or not os.path.exists(log_path):
         return None
@@ -174,7 +175,9 @@ def count_module_runs(log_path, nodes=None, top=10):
             module = (row.get("module") or "?").replace("ansible.legacy.", "ansible.builtin.")
             by_module[module] = by_module.get(module, 0) + 1
             by_task[row.get("task") or "?"] = by_task.get(row.get("task") or "?", 0) + 1
-    node_counts = [per_target.get(n, 0) for n in (nodes or [])]
+    if nodes is None:
+        nodes = [t for t in per_target if t != "localhost"]
+    node_counts = [per_target.get(n, 0) for n in nodes]
 
     def _top(counts):
         return [[k, v] for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]

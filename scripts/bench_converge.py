@@ -482,17 +482,10 @@ def _timed(time_command, argv, label, log_path, timeout):
         result["cpu_floor_seconds"] = cpu_floor(result["machine_cpu_seconds"], result["cores"])
     result["loadavg_after"] = round(os.getloadavg()[0], 1)
     # Module runs (AnsiballZ starts) per managed host: what a rerun costs a node besides wall time.
-    runs = bench_common.count_module_runs(runs_log)
-    if runs is not None:
-        runs["per_node"] = _mean([n for t, n in runs["per_target"].items() if t != "localhost"])
-    result["module_runs"] = runs
+    result["module_runs"] = bench_common.count_module_runs(runs_log)
     result["slowest_tasks"] = parse_profile_tasks(result.pop("output", None) or _read(log_path))
     result["log"] = os.path.relpath(log_path, ROOT)
     return result
-
-
-def _mean(values):
-    return (sum(values) / float(len(values))) if values else None
 
 
 def _read(path):

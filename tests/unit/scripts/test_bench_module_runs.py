@@ -81,3 +81,11 @@ def test_the_callback_counts_what_really_ran(tmp_path):
     modules = dict(second["by_module"])
     assert modules["ansible.builtin.stat"] == 2 and modules["ansible.builtin.command"] == 2
     assert "ansible.builtin.copy" in dict(first["by_module"]) and "ansible.builtin.copy" not in modules
+
+
+def test_per_node_without_a_node_list_is_every_target_but_the_controller(tmp_path):
+    log = tmp_path / "runs.jsonl"
+    _write(str(log), [{"target": "n1"}, {"target": "n1"}, {"target": "n2"}, {"target": "localhost"}])
+    assert bench_common.count_module_runs(str(log))["per_node"] == pytest.approx(1.5)
+    _write(str(log), [{"target": "localhost"}])
+    assert bench_common.count_module_runs(str(log))["per_node"] is None
