@@ -112,15 +112,17 @@ fleet: venv image ## inventories/example as shipped on GPU-shaped containers (HG
 test: ## Everything CI runs: check, molecule, integration, the GPU contract, the GPU-shaped fleet, the built collection, the lab end to end
 	@$(MAKE) --no-print-directory check
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-containers test-controller
-	@$(MAKE) --no-print-directory dist
-	@$(MAKE) --no-print-directory ee
-	@$(MAKE) --no-print-directory lab-test
+	@scripts/lab-test.sh tests
 
-# make test's two lanes, run side by side (each prints when it ends): the molecule scenarios,
-# and the controller-side suites in their order (the fleet mounts the GPU contract's venv).
-# The lab runs alone afterwards: its fault tests time engine restarts.
+# make test's two lanes, run side by side (each prints when it ends). Containers: the molecule
+# scenarios, the built collection, the execution environment, then the lab brought up (kept
+# for its tests). Controller: the suites in their order (the fleet mounts the GPU contract's
+# venv). The lab's tests run alone afterwards: its fault tests time engine restarts.
 test-containers:
 	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_CI_SCENARIOS)"
+	@$(MAKE) --no-print-directory dist
+	@$(MAKE) --no-print-directory ee
+	@scripts/lab-test.sh up
 
 test-controller:
 	@$(MAKE) --no-print-directory integration
