@@ -57,6 +57,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
     InstancesError,
+    derive_node_instances,
     effective_instances,
 )
 
@@ -80,8 +81,18 @@ def vllm_instances(hostvars, hosts, defaults=None):
     return result
 
 
+def vllm_derive_instances(gpu_count, tensor_parallel_size=1, base_port=8000, host="this host"):
+    """The vllm role's derivation on the node itself (roles/vllm/vars/main.yml): one instance
+    per tensor_parallel_size GPUs of gpu_count, named gpu<first GPU>, ports from base_port up.
+    The same code the controller-side readers use (effective_instances), so the two never differ."""
+    try:
+        return derive_node_instances(host, gpu_count, tensor_parallel_size, base_port)
+    except InstancesError as exc:
+        raise AnsibleFilterError("vllm_derive_instances: %s" % exc)
+
+
 class FilterModule(object):
     """kvcache.offload instance filters."""
 
     def filters(self):
-        return {"vllm_instances": vllm_instances}
+        return {"vllm_instances": vllm_instances, "vllm_derive_instances": vllm_derive_instances}

@@ -49,7 +49,9 @@ def _positive_int(host, name, value, minimum):
 
 
 def derive_instances(gpu_count, tensor_parallel_size=1, base_port=8000):
-    """The vllm role's rule: one instance per TP group of GPUs (roles/vllm/vars/main.yml)."""
+    """The one derivation rule: one instance per TP group of GPUs. The vllm role runs it on the
+    node (filter kvcache.offload.vllm_derive_instances in roles/vllm/vars/main.yml), the router
+    and the monitoring on the controller (effective_instances)."""
     instances = []
     for index in range(int(gpu_count) // int(tensor_parallel_size)):
         first = index * int(tensor_parallel_size)
@@ -59,6 +61,14 @@ def derive_instances(gpu_count, tensor_parallel_size=1, base_port=8000):
             "gpus": list(range(first, first + int(tensor_parallel_size))),
         })
     return instances
+
+
+def derive_node_instances(host, gpu_count, tensor_parallel_size, base_port):
+    """derive_instances after checking its inputs; InstancesError names the host and the variable."""
+    count = _positive_int(host, "vllm_gpu_count", gpu_count, 0)
+    tp = _positive_int(host, "kvcache_tensor_parallel_size", tensor_parallel_size, 1)
+    port = _positive_int(host, "vllm_base_port", base_port, 1)
+    return derive_instances(count, tp, port)
 
 
 def gpu_count_of(hvars):
@@ -94,10 +104,9 @@ def effective_instances(host, hvars, defaults=None):
     count = gpu_count_of(hvars)
     if count is None:
         return None, "unknown"
-    count = _positive_int(host, "vllm_gpu_count (gpu_facts count)", count, 0)
     tp = _get(hvars, "kvcache_tensor_parallel_size")
-    tp = _positive_int(host, "kvcache_tensor_parallel_size",
-                       values["kvcache_tensor_parallel_size"] if tp is None else tp, 1)
     port = _get(hvars, "vllm_base_port")
-    port = _positive_int(host, "vllm_base_port", values["vllm_base_port"] if port is None else port, 1)
-    return derive_instances(count, tp, port), "derived"
+    return derive_node_instances(
+        host, count,
+        values["kvcache_tensor_parallel_size"] if tp is None else tp,
+        values["vllm_base_port"] if port is None else port), "derived"

@@ -64,3 +64,48 @@ def test_derivation_defaults_mirror_the_roles():
     assert DERIVATION_DEFAULTS["vllm_base_port"] == load("vllm")["vllm_base_port"]
     assert DERIVATION_DEFAULTS["kvcache_tensor_parallel_size"] == load("kvcache")["kvcache_tensor_parallel_size"]
     assert "vllm_effective_instances" in open(os.path.join(root, "roles", "vllm", "tasks", "main.yml")).read()
+
+
+def test_the_role_derives_with_the_filter_one_implementation():
+    """roles/vllm derives its instances with the vllm_derive_instances filter, the same code
+    (derive_instances) the router and the monitoring run on the controller: no Jinja copy."""
+    import os
+
+    import yaml
+
+    from ansible_collections.kvcache.offload.plugins.filter.vllm_instances import vllm_derive_instances
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+    with open(os.path.join(root, "roles", "vllm", "vars", "main.yml")) as handle:
+        role_vars = yaml.safe_load(handle)
+    derived = role_vars["__vllm_derived_instances"]
+    assert "kvcache.offload.vllm_derive_instances(" in derived, derived
+    assert "for " not in derived and "range(" not in derived, derived
+    assert FilterModule().filters()["vllm_derive_instances"] is vllm_derive_instances
+    # the filter and the controller's rule agree, for every TP that divides the HGX node or not
+    for count in (0, 1, 2, 7, 8):
+        for tp in (1, 2, 4, 8):
+            hvars = {"vllm_gpu_count": count, "kvcache_tensor_parallel_size": tp, "vllm_base_port": 9000}
+            assert vllm_derive_instances(count, tp, 9000, "n") == vllm_instances({"n": hvars}, ["n"])["n"]
+
+
+@pytest.mark.parametrize("count, tp, port", [
+    (8, 1, 8000), ("8", "2", "8000"), (2, 4, 8000), (0, 1, 8000)])
+def test_vllm_derive_instances_is_the_rule(count, tp, port):
+    from ansible_collections.kvcache.offload.plugins.filter.vllm_instances import vllm_derive_instances
+    got = vllm_derive_instances(count, tp, port, "n")
+    assert got == derive_instances(int(count), int(tp), int(port))
+    assert len(got) == int(count) // int(tp)
+    assert all(len(i["gpus"]) == int(tp) for i in got)
+
+
+@pytest.mark.parametrize("args, match", [
+    ((8, 0, 8000), "host gpu-a01: kvcache_tensor_parallel_size is 0. Fix: set kvcache_tensor_parallel_size"),
+    ((8, "two", 8000), "kvcache_tensor_parallel_size is 'two'"),
+    ((-1, 1, 8000), "vllm_gpu_count is -1"),
+    ((8, 1, "x"), "vllm_base_port is 'x'"),
+    ((True, 1, 8000), "vllm_gpu_count is True"),
+])
+def test_vllm_derive_instances_names_the_variable(args, match):
+    from ansible_collections.kvcache.offload.plugins.filter.vllm_instances import vllm_derive_instances
+    with pytest.raises(AnsibleFilterError, match=match):
+        vllm_derive_instances(*args, host="gpu-a01")

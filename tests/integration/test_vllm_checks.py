@@ -1,0 +1,90 @@
+"""The vllm role's input checks refuse a node left with no instance, naming the inputs that
+led there and the fix (#18 item 4; roles/vllm/tasks/checks.yml, commit 2c8a088).
+
+tests/integration/vllm_checks/playbook.yml runs `tasks_from: checks` on this machine (local
+connection, --check), made GPU-shaped by the fleet's nvidia-smi shim on PATH replaying a
+captured 2-GPU PCIe server (tests/integration/fleet/fixtures/gpu-a02): gpu_facts finds 2 GPUs,
+and the example's tensor-parallel size is raised past them, as a fleet-wide TP would on the
+smaller node.
+"""
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import BUILD, COLLECTIONS, ROOT, _ansible_playbook, flat
+
+HERE = os.path.join(ROOT, "tests", "integration", "vllm_checks")
+FLEET = os.path.join(ROOT, "tests", "integration", "fleet")
+
+
+@pytest.fixture
+def vllm_checks(tmp_path):
+    """Run the checks with extra vars; return (rc, flat output, recap of gpu-node)."""
+
+    def run(extra_vars):
+        shim_dir = tmp_path / "bin"
+        shim_dir.mkdir(exist_ok=True)
+        shim = shim_dir / "nvidia-smi"
+        if not shim.exists():
+            shim.symlink_to(os.path.join(FLEET, "shims", "nvidia-smi"))
+        data = {"vllm_bind_address": "127.0.0.1", "kvcache_api_key": "test-key-not-secret",
+                "kvcache_model": "meta-llama/Llama-3.1-8B-Instruct"}
+        data.update(extra_vars)
+        vars_file = tmp_path / "vars.yml"
+        vars_file.write_text(yaml.safe_dump(data))
+        env = dict(os.environ)
+        env.update({
+            "PATH": "%s:%s" % (shim_dir, env.get("PATH", "")),
+            "KVCACHE_FLEET_GPU_DIR": os.path.join(FLEET, "fixtures", "gpu-a02"),
+            "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
+            "ANSIBLE_HOME": os.path.join(BUILD, "ansible-home"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+            "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
+            "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_NOCOLOR": "1",
+        })
+        proc = subprocess.run(
+            [_ansible_playbook(), "-i", os.path.join(HERE, "inventory.yml"), os.path.join(HERE, "playbook.yml"),
+             "--check", "-e", "ansible_python_interpreter=%s" % os.path.join(os.path.dirname(_ansible_playbook()), "python"),
+             "-e", "@%s" % vars_file],
+            env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        recap = None
+        for line in proc.stdout.splitlines():
+            if line.startswith("gpu-node ") and "ok=" in line:
+                recap = {k: int(v) for k, v in (i.split("=") for i in line.split(":", 1)[1].split())}
+        return proc.returncode, flat(proc.stdout + proc.stderr), recap
+
+    return run
+
+
+def test_a_tp_larger_than_the_nodes_gpus_names_the_inputs_and_the_fix(vllm_checks):
+    rc, out, recap = vllm_checks({"kvcache_tensor_parallel_size": 4})
+    assert rc != 0 and recap and recap["failed"] == 1 and recap["changed"] == 0, out[-3000:]
+    for fragment in (
+            "Host gpu-node: no vLLM instance to run",
+            "vllm_gpu_count 2 (gpu_facts found 2 GPUs) // kvcache_tensor_parallel_size 4 = 0",
+            "Fix: lower kvcache_tensor_parallel_size to at most 2",
+            "list this host's instances in vllm_instances",
+            "set vllm_gpu_count"):
+        assert fragment in out, "%r not in:\n%s" % (fragment, out[-3000:])
+
+
+def test_gpu_facts_not_gathered_is_said(vllm_checks):
+    rc, out, recap = vllm_checks({"fleet_gather_gpu_facts": False})
+    assert rc != 0 and recap and recap["failed"] == 1, out[-3000:]
+    assert "vllm_gpu_count 0 (gpu_facts found nothing: not gathered GPUs)" in out, out[-3000:]
+    assert "install and load the driver (playbooks/host_prep.yml)" in out, out[-3000:]
+
+
+def test_a_zero_tp_names_the_variable(vllm_checks):
+    rc, out, _recap = vllm_checks({"kvcache_tensor_parallel_size": 0})
+    assert rc != 0
+    assert "host gpu-node: kvcache_tensor_parallel_size is 0. Fix: set kvcache_tensor_parallel_size" in out, out[-3000:]
+
+
+def test_the_fix_it_names_passes(vllm_checks):
+    """The same node at the TP the message proposes: the checks pass (the test can tell)."""
+    rc, out, recap = vllm_checks({"kvcache_tensor_parallel_size": 2})
+    assert rc == 0 and recap["failed"] == 0 and recap["changed"] == 0, out[-3000:]
