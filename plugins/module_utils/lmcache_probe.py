@@ -53,6 +53,10 @@ def main():
         os.environ[key] = value
     if args.get("config_file"):
         os.environ["LMCACHE_CONFIG_FILE"] = args["config_file"]
+    try:
+        cufile_stats_level3(args)
+    except Exception as exc:  # noqa
+        return import_failed(out, exc)
     out = {"action": args["action"], "probe_id": args["probe_id"]}
     started = time.monotonic()
     try:
@@ -84,6 +88,10 @@ def main():
         metadata = LMCacheMetadata(model_name=args["model"], world_size=8, local_world_size=8, worker_id=0,
                                    local_worker_id=0, kv_dtype=torch.bfloat16, kv_shape=(4, 2, 256, 2, 128))
         manager = StorageManager(config=config, metadata=metadata, event_manager=EventManager())
+        gds = (getattr(manager, "storage_backends", None) or {}).get("GdsBackend")
+        want = args.get("backend") or "auto"
+        if want == "gds" or (want == "auto" and gds is not None and find_remote_backend(manager) is None):
+            return gds_io(args, out, torch, gds, create_test_key)
         backend = find_remote_backend(manager)
         if backend is None or backend.connection is None:
             out.update(ok=False, stage="connect", error="no remote backend connected (remote_url / remote_storage_plugins)")
@@ -126,6 +134,77 @@ def main():
         storage_error(out, exc)
     finally:
         settle(out, started, manager)
+    return 0
+
+
+def cufile_stats_level3(args):
+    """The probe's own cufile.json with profile.cufile_stats 3, so gds_stats can read this
+    process's cuFile counters (posix= is compat-mode I/O). Set before cuFile loads."""
+    src = args.get("cufile_json")
+    stats = args.get("gds_stats")
+    if not src or not stats or not os.access(stats, os.X_OK) or not os.path.isfile(src):
+        return
+    import tempfile
+    with open(src) as handle:
+        conf = json.load(handle)
+    conf.setdefault("profile", {})["cufile_stats"] = 3
+    fd, path = tempfile.mkstemp(prefix="kvcache-probe-cufile-", suffix=".json")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(conf, handle)
+    os.environ["CUFILE_ENV_PATH_JSON"] = path
+
+
+def gds_io(args, out, torch, gds, create_test_key):
+    """In-process mode with GPUDirect Storage: LMCache's GdsBackend (cuFile, gds_path) stores the
+    chunk from GPU memory (store) or reads it into GPU memory (load, a fresh process: the
+    metadata file, then cuFile). With gds_stats, cuFile's own counters of this process follow."""
+    import subprocess
+    from lmcache.v1.memory_management import MemoryFormat
+    out["connector"] = "GdsBackend"
+    out["backend"] = "gds"
+    if gds is None:
+        out.update(ok=False, stage="connect", error="no GDS backend in LMCache (gds_path not set in the config)")
+        return 0
+    out["gds_path"] = getattr(gds, "gds_path", None)
+    out["gds_fstype"] = getattr(gds, "fstype", None)
+    out["use_gds"] = getattr(gds, "use_gds", None)
+    out["use_direct_io"] = getattr(gds, "use_direct_io", None)
+    key = create_test_key(args["model"], "kvcache.offload-probe-" + args["probe_id"])
+    out["key"] = key.to_string()
+    if args["action"] == "store":
+        obj = gds.allocate(torch.Size([2, 4, 256, 256]), torch.bfloat16, MemoryFormat.KV_2LTD)
+        if obj is None:
+            out.update(ok=False, stage="store", error="the GDS buffer (gds_buffer_size) has no room for one chunk")
+            return 0
+        gen = torch.Generator().manual_seed(int(hashlib.sha256(args["probe_id"].encode()).hexdigest()[:15], 16))
+        obj.tensor.copy_(torch.randn(obj.tensor.shape, generator=gen, dtype=torch.float32).to(torch.bfloat16))
+        data = obj.tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+        out.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        gds.submit_put_task(key, obj).result(timeout=args["timeout"])
+        deadline = time.monotonic() + args["timeout"]
+        while gds.put_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        out["exists"] = bool(gds.contains(key))
+        out["ok"] = out["exists"]
+        if not out["ok"]:
+            out.update(stage="store", error="the chunk is not in gds_path after the put")
+    else:
+        out["exists"] = bool(gds.contains(key))
+        obj = gds.get_blocking(key) if out["exists"] else None
+        if not out["exists"]:
+            out.update(ok=False, stage="lookup", error="the chunk is not in gds_path")
+        elif obj is None:
+            out.update(ok=False, stage="load", error="get returned nothing")
+        else:
+            data = obj.tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+            out.update(ok=True, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    if args.get("gds_stats"):
+        try:
+            done = subprocess.run([args["gds_stats"], "-p", str(os.getpid()), "-l", "3"], capture_output=True,
+                                  text=True, timeout=30, check=False)
+            out["cufile_stats"] = done.stdout
+        except Exception as exc:  # noqa
+            out["cufile_stats_error"] = "%s: %s" % (type(exc).__name__, exc)
     return 0
 
 

@@ -105,7 +105,7 @@ CAUSES = {
     "ttft_not_lower": ("warning", ("local_hit", "cross_instance"),
                        "Time to first token did not drop on the hit. On the lab's tiny CPU model prefill is so cheap "
                        "that loading KV can cost as much; on a real model this points at a slow tier."),
-    "node_unreachable": ("error", ("lmcache_probe", "tier_write"),
+    "node_unreachable": ("error", ("lmcache_probe", "tier_write", "gds_path"),
                          "Ansible could not reach the node: check the connection (SSH / docker) to it."),
     "node_left_out": ("warning", ("instances",),
                       "The node was not in the validation's node play (a --limit, or validation_node_group set only in "
@@ -114,6 +114,39 @@ CAUSES = {
     "node_not_validated": ("error", ("instances",),
                            "The node was in the validation's node play but did not finish it (it became unreachable "
                            "or a task failed): see the play's output for that node, fix the connection, run again."),
+    "gds_nvidia_fs_not_loaded": ("error", ("gds_path",),
+                                 "nvidia_fs is not loaded (no /proc/driver/nvidia-fs/stats, gdscheck shows no nvidia_fs "
+                                 "version): no I/O can take the GDS path. Run the gds role (it installs nvidia-fs for the "
+                                 "driver branch and loads it); check dkms status and dmesg."),
+    "gds_compat_mode": ("error", ("gds_path",),
+                        "cuFile may or did fall back to POSIX (compat mode): set properties.allow_compat_mode and "
+                        "force_compat_mode false in /etc/cufile.json (gds_allow_compat_mode: false, the gds role's "
+                        "default), then fix what gdscheck -p names; gds_stats posix= counts compat-mode I/O."),
+    "gds_no_rdma_mount": ("error", ("gds_path",),
+                          "kvcache_fs_gds_path must lie on an NFS mount with proto=rdma (the kvcache_mount role with "
+                          "RDMA): over TCP, or on a local directory, cuFile has no GDS path for NFS."),
+    "gds_fs_unsupported": ("error", ("gds_path",),
+                           "gdscheck -p does not list NFS as supported (or lists only compat): load rpcrdma and "
+                           "nvidia_fs, mount with proto=rdma, and use an RDMA stack NVIDIA supports for NFS "
+                           "(gds_rdma_stack, MOFED 5.1 and later)."),
+    "gds_not_ready": ("error", ("gds_path",),
+                      "gdscheck -p names what else keeps GDS from the tier (GPU, driver, RDMA devices, IOMMU): "
+                      "follow its fix; the gds role refuses such a node before engines start."),
+    "gds_counters_static": ("error", ("gds_path",),
+                            "The nvidia-fs read/write counters did not grow while LMCache's GdsBackend stored and "
+                            "loaded: the I/O did not take the GDS path (POSIX). With IO stats disabled "
+                            "(rw_stats_enabled=0) they cannot grow: gds_nvfs_rw_stats: true. Else read cufile.log "
+                            "(gds_cufile_log_dir) and gdscheck -p."),
+    "gds_io_errors": ("error", ("gds_path",),
+                      "nvidia-fs counted I/O errors, page-cache writes or DMA mapping errors during the probe: read "
+                      "dmesg (nvidia-fs) and cufile.log; check IOMMU (off or pt) and the mount (proto=rdma)."),
+    "gds_lmcache_posix": ("error", ("gds_path",),
+                          "LMCache's GdsBackend itself chose POSIX I/O: it turns use_gds off on tmpfs/overlayfs when "
+                          "use_gds is not set, and cuFile needs O_DIRECT files (extra_config.use_direct_io: true). "
+                          "The lmcache role sets both with kvcache_fs_gds: re-run the nodes stage."),
+    "gds_probe_failed": ("error", ("gds_path",),
+                         "LMCache's GdsBackend could not store or load the probe chunk (or it came back different): "
+                         "the error names the stage; cuFile errors (compat mode off) show a missing GDS path."),
     "router_unhealthy": ("error", ("router",),
                          "The router answers but fails the probe: check its backends and logs (roles/router)."),
 }

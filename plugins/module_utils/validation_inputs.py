@@ -12,6 +12,8 @@ instance answered, no second instance, no router, not selected). It judges nothi
 
 from __future__ import annotations
 
+from ansible_collections.kvcache.offload.plugins.module_utils.validation_gds import gds_raw
+
 NOT_SELECTED = "not selected (validation_stages)"
 NO_INSTANCE = "no instance answered in stage 1"
 
@@ -96,6 +98,8 @@ def stage_inputs(run, nodes, stages, settings, expected, stage_ids):
         stages["instances"] = instances_raw(validated)
     if "lmcache_probe" not in stages:
         stages["lmcache_probe"] = lmcache_probe_raw(run, validated, settings, expected)
+    if "gds_path" not in stages:
+        stages["gds_path"] = gds_raw(validated, expected, settings)
     for stage_id in ("tier_write", "local_hit", "cross_instance"):
         raw = stages.get(stage_id)
         if isinstance(raw, dict) and not raw.get("skipped") and "a" in raw and raw.get("a") is None:

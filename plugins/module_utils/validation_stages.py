@@ -26,6 +26,7 @@ from ansible_collections.kvcache.offload.plugins.module_utils.validation_causes 
     causes_from_tier_result,
     detect_config_causes,
 )
+from ansible_collections.kvcache.offload.plugins.module_utils.validation_gds import eval_gds_path
 from ansible_collections.kvcache.offload.plugins.module_utils.validation_inputs import stage_inputs
 from ansible_collections.kvcache.offload.plugins.module_utils.validation_settings import (
     fs_mount_state,
@@ -50,6 +51,7 @@ STAGES = (
     ("cross_instance", 4, "The same prefix on another instance is a hit from the shared tier"),
     ("router", 5, "The same prefix through the router is a hit"),
     ("lmcache_probe", 6, "LMCache storage probe: store on one node, load bit-exact on another"),
+    ("gds_path", 7, "GPUDirect Storage: LMCache's KV reads and writes went through nvidia-fs on every node"),
 )
 STAGE_IDS = tuple(s[0] for s in STAGES)
 
@@ -580,6 +582,8 @@ def build_report(run, expected, instances, nodes, stages, settings):
             eval_cross_instance(stage, raw, causes, settings)
         elif stage_id == "router":
             eval_router(stage, raw, causes, settings)
+        elif stage_id == "gds_path":
+            eval_gds_path(stage, raw, causes, _skipped)
         else:
             eval_lmcache_probe(stage, raw, causes)
         out_stages.append(stage)

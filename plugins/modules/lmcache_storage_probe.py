@@ -95,6 +95,26 @@ options:
         (C(become=true)); it reads O(env_files) before switching.
       - Omit to run as the user the module runs as.
     type: str
+  backend:
+    description:
+      - Which of LMCache's backends carries the chunk in in-process mode. V(remote) the remote backend
+        (C(remote_url) / C(remote_storage_plugins)); V(gds) LMCache's C(GdsBackend) (cuFile on C(gds_path), GPUDirect
+        Storage; needs a GPU); V(auto) the GDS backend when the config has C(gds_path) and no remote backend, else the
+        remote one.
+    type: str
+    default: auto
+    choices: [auto, remote, gds]
+  gds_stats:
+    description:
+      - With the GDS backend, the C(gds_stats) program; the probe runs C(gds_stats -p <its pid> -l 3) after its I/O and
+        returns cuFile's own counters in RV(cufile_stats) (PER_GPU C(posix=) counts compat-mode I/O).
+      - Needs O(cufile_json) for the statistics level.
+    type: path
+  cufile_json:
+    description:
+      - With O(gds_stats), the node's C(/etc/cufile.json); the probe runs with a private copy of it with
+        C(profile.cufile_stats) 3 (C(CUFILE_ENV_PATH_JSON)), so gds_stats can read the counters. Nothing else differs.
+    type: path
   timeout:
     description:
       - Seconds the whole program may run (import, connect, put or get); it is killed after that.
@@ -170,8 +190,21 @@ match:
   returned: when action is load and expected_sha256 is given
   type: bool
 connector:
-  description: LMCache's remote connector class (for example FSConnector, S3Connector).
+  description: LMCache's remote connector class (for example FSConnector, S3Connector), or C(GdsBackend).
   returned: when connected
+  type: str
+backend:
+  description: C(gds) when LMCache's GdsBackend carried the chunk.
+  returned: with the GDS backend
+  type: str
+gds_path:
+  description: The GDS backend's path, its file system type (C(gds_fstype)), C(use_gds) (false is LMCache's POSIX
+    fallback) and C(use_direct_io) are returned with it.
+  returned: with the GDS backend
+  type: str
+cufile_stats:
+  description: Output of C(gds_stats -p <pid> -l 3) for the probe process (C(cufile_stats_error) when it could not run).
+  returned: with the GDS backend and O(gds_stats)
   type: str
 remote_url:
   description: C(remote_url) from the LMCache config.
@@ -227,6 +260,9 @@ def argument_spec():
         environment=dict(type="dict", default={}, no_log=True),
         env_files=dict(type="list", elements="path", default=[]),
         run_as=dict(type="str"),
+        backend=dict(type="str", default="auto", choices=["auto", "remote", "gds"]),
+        gds_stats=dict(type="path"),
+        cufile_json=dict(type="path"),
     )
     spec.update(timeout_spec(120.0))
     return spec
@@ -267,7 +303,8 @@ def main():
         module.exit_json(**result)
 
     args = {"action": p["action"], "probe_id": p["probe_id"], "model": p["model"], "config_file": p["config_file"],
-            "timeout": p["timeout"], "mode": p["mode"]}
+            "timeout": p["timeout"], "mode": p["mode"], "backend": p["backend"], "gds_stats": p["gds_stats"],
+            "cufile_json": p["cufile_json"]}
     env = {}
     for path in p["env_files"]:
         try:
@@ -302,7 +339,8 @@ def main():
         module.fail_json(msg="LMCache storage probe failed: %s" % message, **result)
 
     for key in ("ok", "key", "sha256", "bytes", "exists", "connector", "remote_url", "remote_storage_plugins",
-                "lmcache_version", "stage", "error", "elapsed"):
+                "lmcache_version", "stage", "error", "elapsed", "backend", "gds_path", "gds_fstype", "use_gds",
+                "use_direct_io", "cufile_stats", "cufile_stats_error"):
         if key in report:
             result[key] = report[key]
     result["ok"] = bool(report.get("ok"))

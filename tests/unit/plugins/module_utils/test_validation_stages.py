@@ -29,8 +29,9 @@ def test_hit_numbers_on_a_real_vllm_cpu_page():
 def test_everything_passes_and_the_router_is_skipped():
     report = build(good_inputs())
     assert report["result"] == "pass", json.dumps(report["stages"], indent=1)
-    assert [s["status"] for s in report["stages"]] == ["pass", "pass", "pass", "pass", "skipped", "pass"]
+    assert [s["status"] for s in report["stages"]] == ["pass", "pass", "pass", "pass", "skipped", "pass", "skipped"]
     assert stage(report, "router")["reason"] == "group kvcache_router has no hosts"
+    assert stage(report, "gds_path")["reason"].startswith("GDS is off")
     assert stage(report, "tier_write")["numbers"]["objects_added"] == 4
     assert stage(report, "tier_write")["numbers"]["bytes_added"] == 4000
     assert stage(report, "local_hit")["numbers"]["local_cache_hit_tokens"] == 4352
