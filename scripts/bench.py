@@ -97,13 +97,17 @@ def parse_args(argv=None):
                         help="extra tier bandwidth for the prediction (e.g. ontap-prod=12.5)")
     parser.add_argument("--converge", action="append", default=[], metavar="LABEL=COMMAND",
                         help="time a command and read its PLAY RECAP (e.g. 'noop=ansible-playbook site.yml')")
-    parser.add_argument("--converge-nodes", default="2,8,32", help="simulated node counts of the converge section")
+    parser.add_argument("--converge-nodes", default="2,8,32",
+                        help="simulated node counts of the converge section ('none': only the lab rerun)")
     parser.add_argument("--converge-image", default=bench_converge.SIM_IMAGE)
     parser.add_argument("--converge-uv-cache", default=os.path.join(ROOT, "build", "cache", "lab", "uv"),
                         help="uv cache the simulated nodes share (default: the lab's, so the seed build is warm)")
     parser.add_argument("--converge-timeout", type=float, default=3600, help="seconds for one playbook run")
     parser.add_argument("--no-converge-lab", dest="converge_lab", action="store_false",
                         help="never time the full-stack lab rerun (default: when the lab is up)")
+    parser.add_argument("--mitogen", action="store_true",
+                        help="the lab rerun under Mitogen's strategy (opt-in, docs/mitogen.md; installs mitogen into "
+                             "build/mitogen when missing)")
     parser.add_argument("--keep", action="store_true", help="keep the SeaweedFS data directory")
     args = parser.parse_args(argv)
     smoke = args.smoke

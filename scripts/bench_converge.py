@@ -95,6 +95,115 @@ def machine_cpu_seconds(path=PROC_STAT):
         return None
 
 
+# The lab rerun's own CPU (issue #24): other work on the machine (other helpers, CI jobs) also
+# shows in /proc/stat, and the lab's services (idle engines, SeaweedFS) burn CPU for as long as
+# a run lasts. So the rerun's CPU is summed from the processes it starts: the ansible-playbook
+# process tree (getrusage: the controller, its forks, the docker clients) and what each lab
+# container's containerd-shim reaped (every `docker exec` process is its child: the module runs
+# and whatever they wait for, apt or systemctl; with the `runc` calls that start them). The
+# containers' cgroups (those module runs again, plus the services) and dockerd/containerd
+# (shared with every docker user on the machine) are reported beside it, not in it.
+CGROUP_CPUACCT = "/sys/fs/cgroup/cpuacct/docker"
+CGROUP_V2 = "/sys/fs/cgroup/system.slice"
+DOCKER_DAEMONS = ("dockerd", "containerd")
+
+
+def proc_stat_cpu_seconds(stat_text, ticks_per_second, children=True):
+    """utime + stime (+ cutime + cstime: reaped children such as runc) of one /proc/<pid>/stat."""
+    fields = stat_text[stat_text.rindex(")") + 2:].split()
+    # fields[0] is the state (field 3); utime is field 14, so index 11
+    values = [int(v) for v in fields[11:15]]
+    used = values[0] + values[1] + ((values[2] + values[3]) if children else 0)
+    return used / float(ticks_per_second)
+
+
+def _read_text(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def container_cgroup_cpu_seconds(container_id, root=None, v2_root=None):
+    """CPU seconds a container's cgroup has used (cgroup v1 cpuacct.usage or v2 cpu.stat), or None."""
+    root, v2_root = root or CGROUP_CPUACCT, v2_root or CGROUP_V2
+    text = _read_text(os.path.join(root, container_id, "cpuacct.usage"))
+    if text is not None:
+        return int(text.strip()) / 1e9
+    text = _read_text(os.path.join(v2_root, "docker-%s.scope" % container_id, "cpu.stat"))
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "usage_usec":
+            return int(value) / 1e6
+    return None
+
+
+def _processes(proc="/proc"):
+    """[(pid, comm, cmdline, stat text)] of the running processes (those that vanish are skipped)."""
+    out = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        base = os.path.join(proc, entry)
+        stat, cmdline = _read_text(os.path.join(base, "stat")), _read_text(os.path.join(base, "cmdline"))
+        if stat is None or cmdline is None:
+            continue
+        out.append((int(entry), stat[stat.index("(") + 1:stat.rindex(")")], cmdline.replace("\0", " ").strip(), stat))
+    return out
+
+
+def lab_container_ids(names=LAB_CONTAINERS):
+    """{container name: full id} of the running lab containers."""
+    out = _docker(["inspect", "--format", "{{.Name}} {{.Id}}"] + list(names), check=False)
+    ids = {}
+    for line in out.splitlines():
+        parts = line.strip().lstrip("/").split()
+        if len(parts) == 2 and parts[0] in names:
+            ids[parts[0]] = parts[1]
+    return ids
+
+
+def lab_cpu_snapshot(container_ids, proc="/proc", ticks=None):
+    """CPU seconds used so far by each lab container's cgroup and shim, and by the docker daemons."""
+    ticks = ticks or os.sysconf("SC_CLK_TCK")
+    snap = {"containers": {}, "shims": {}, "daemons": {}}
+    for name, cid in container_ids.items():
+        snap["containers"][name] = container_cgroup_cpu_seconds(cid)
+    by_id = {cid: name for name, cid in container_ids.items()}
+    for _pid, comm, cmdline, stat in _processes(proc):
+        if comm.startswith("containerd-shim"):
+            args = cmdline.split()
+            if "-id" in args and args.index("-id") + 1 < len(args) and args[args.index("-id") + 1] in by_id:
+                snap["shims"][by_id[args[args.index("-id") + 1]]] = proc_stat_cpu_seconds(stat, ticks)
+        elif comm in DOCKER_DAEMONS:
+            snap["daemons"][comm] = snap["daemons"].get(comm, 0.0) + proc_stat_cpu_seconds(stat, ticks)
+    return snap
+
+
+def lab_cpu_delta(before, after, controller_cpu):
+    """The rerun's own CPU from two lab_cpu_snapshot()s and the ansible process tree's CPU.
+
+    Returns {rerun_cpu_seconds: controller + shims, controller: s, shims: s (what the lab's shims
+    and the processes they reaped used: the docker exec'd module runs), containers: {name: s}
+    (cgroups: the module runs again plus the services; not in the sum), daemons: s (dockerd +
+    containerd, shared with every other docker user; not in the sum), complete: False when a
+    container or shim could not be read}."""
+    def delta(kind, name):
+        b, a = before[kind].get(name), after[kind].get(name)
+        return None if b is None or a is None else a - b
+    names = sorted(after["containers"])
+    containers = {name: delta("containers", name) for name in names}
+    shims = [delta("shims", name) for name in names]
+    daemons = [delta("daemons", name) for name in DOCKER_DAEMONS if name in after["daemons"]]
+    complete = all(v is not None for v in containers.values()) and all(v is not None for v in shims)
+    shim_total = sum(v for v in shims if v)
+    return {"rerun_cpu_seconds": shim_total + (controller_cpu or 0.0), "controller": controller_cpu,
+            "shims": shim_total, "containers": containers,
+            "containers_total": sum(v for v in containers.values() if v),
+            "daemons": sum(v for v in daemons if v is not None), "complete": complete}
+
+
 def usable_cores():
     """CPUs this process may run on (its affinity), which is what the run's work had."""
     try:
@@ -113,7 +222,10 @@ def cpu_floor(machine_cpu, cores):
 
 
 def parse_nodes(text):
-    """'2,8,32' -> [2, 8, 32] (sorted, unique); raises ValueError outside 1..MAX_NODES."""
+    """'2,8,32' -> [2, 8, 32] (sorted, unique); 'none' -> [] (no simulated nodes, only the lab
+    rerun); raises ValueError outside 1..MAX_NODES."""
+    if str(text).strip() == "none":
+        return []
     counts = sorted({int(part) for part in str(text).split(",") if part.strip()})
     if not counts or counts[0] < 1 or counts[-1] > MAX_NODES:
         raise ValueError("node counts must be between 1 and %d: %r" % (MAX_NODES, text))
@@ -458,16 +570,21 @@ def _ansible_settings():
     return out
 
 
-def _timed(time_command, argv, label, log_path, timeout):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    machine_before = machine_cpu_seconds()
+def _timed(time_command, argv, label, log_path, timeout, env=None, lab_ids=None, cwd=ROOT):
+    """Run one playbook command and measure it; with lab_ids ({container: id}) also the CPU of the
+    lab's containers and their shims during it (lab_cpu_delta: the rerun's own CPU)."""
     runs_log = log_path + ".module-runs.jsonl"
     if os.path.exists(runs_log):
         os.unlink(runs_log)
-    result = time_command(argv, label=label, timeout=timeout, log_path=log_path,
-                          env=bench_common.module_runs_env(runs_log))
+    run_env = bench_common.module_runs_env(runs_log)
+    run_env.update(env or {})
+    lab_before = lab_cpu_snapshot(lab_ids) if lab_ids else None
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    machine_before = machine_cpu_seconds()
+    result = time_command(argv, label=label, timeout=timeout, log_path=log_path, env=run_env, cwd=cwd)
     machine_after = machine_cpu_seconds()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    lab_after = lab_cpu_snapshot(lab_ids) if lab_ids else None
     # CPU of the command's own process tree: ansible-playbook, its forks and the docker
     # clients they start (the controller's share), not the module runs inside the nodes.
     result["controller_cpu_seconds"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -480,6 +597,9 @@ def _timed(time_command, argv, label, log_path, timeout):
         result["machine_cpu_seconds"] = machine_after - machine_before
         result["cores"] = usable_cores()
         result["cpu_floor_seconds"] = cpu_floor(result["machine_cpu_seconds"], result["cores"])
+    if lab_ids:
+        result["lab_cpu"] = lab_cpu_delta(lab_before, lab_after, result["controller_cpu_seconds"])
+        result["rerun_cpu_seconds"] = result["lab_cpu"]["rerun_cpu_seconds"]
     result["loadavg_after"] = round(os.getloadavg()[0], 1)
     # Module runs (AnsiballZ starts) per managed host: what a rerun costs a node besides wall time.
     result["module_runs"] = bench_common.count_module_runs(runs_log)
@@ -532,6 +652,12 @@ def section_converge(args, _out_dir, time_command):
     common = ["%s:%s:ro" % (m, m) for m in pip_sources.get("mounts", [])] + ["%s:%s" % (uv_cache, UV_CACHE_PATH)]
     conv["uv_cache"] = uv_cache
 
+    if not args.converge_nodes:
+        conv["notes"].append("no simulated nodes asked (--converge-nodes none): only the lab rerun")
+        conv["lab"] = _lab_rerun(args, logs, time_command)
+        conv["targets"] = summarize_targets(conv["results"], conv["lab"])
+        conv["seconds"] = time.monotonic() - started
+        return conv
     teardown()
     # SIGTERM (a CI timeout, `kill`) becomes SystemExit, so the finally below still removes the nodes.
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -627,6 +753,31 @@ def _cold_and_rerun(args, count, hosts, image, volumes, inventory, logs, time_co
     log("%d nodes: rerun %.1f s, changed=%s" % (count, result["rerun"]["seconds"], result["rerun"]["changed_total"]))
 
 
+MITOGEN_DIR = os.path.join(ROOT, "build", "mitogen")
+
+
+def mitogen_strategy_env(mitogen_dir=MITOGEN_DIR, strategy="mitogen_linear"):
+    """Environment that runs ansible-playbook under Mitogen's strategy from mitogen_dir (a
+    `pip install --target` of the mitogen package, as `make mitogen` makes build/mitogen)."""
+    return {"ANSIBLE_STRATEGY_PLUGINS": os.path.join(mitogen_dir, "ansible_mitogen", "plugins", "strategy"),
+            "ANSIBLE_STRATEGY": strategy}
+
+
+def ensure_mitogen(mitogen_dir=MITOGEN_DIR, requirements=os.path.join(ROOT, "requirements-mitogen.txt")):
+    """Install the pinned mitogen into mitogen_dir (pip --target, the machine's pip configuration)
+    unless it is there; never into the tool venv. Returns mitogen_dir."""
+    if not os.path.isdir(os.path.join(mitogen_dir, "ansible_mitogen")):
+        log("installing mitogen (%s) into %s" % (os.path.relpath(requirements, ROOT), os.path.relpath(mitogen_dir, ROOT)))
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", mitogen_dir,
+                        "-r", requirements], check=True, timeout=600)
+    return mitogen_dir
+
+
+def mitogen_env(args):
+    """Environment of the lab rerun: {} unless --mitogen."""
+    return mitogen_strategy_env() if getattr(args, "mitogen", False) else {}
+
+
 def _lab_rerun(args, logs, time_command):
     """The full-stack lab rerun (site.yml, lab inventory) under the lab's lock, when the lab is up."""
     if not args.converge_lab:
@@ -636,6 +787,10 @@ def _lab_rerun(args, logs, time_command):
         return {"reason": "lab not up (%s not running)" % ", ".join(missing)}
     log("lab: no-op rerun of site.yml (waits for %s)" % LAB_LOCK)
     argv = _playbook_argv(os.path.join(ROOT, "inventories", "lab", "hosts.yml"), ("playbooks/site.yml",))
+    if getattr(args, "mitogen", False):
+        ensure_mitogen()
+        # Opt-in (docs/mitogen.md): Mitogen's strategy and the lab's docker connection by its short name.
+        argv[1:1] = ["-i", os.path.join(ROOT, "inventories", "lab", "mitogen.yml")]
     with open(LAB_LOCK, "a") as lock:
         # The lab is shared: hold its lock (the one `flock /tmp/kvcache-lab.lock ...` takes) while
         # the rerun runs; the wait for it is not part of the measured time.
@@ -653,7 +808,7 @@ def _lab_rerun(args, logs, time_command):
             if not up:
                 return {"reason": "lab not up (%s not running)" % ", ".join(missing)}
             rerun = _timed(time_command, argv, "lab-site-rerun", os.path.join(logs, "lab-site-rerun.log"),
-                           args.converge_timeout)
+                           args.converge_timeout, env=mitogen_env(args), lab_ids=lab_container_ids())
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return {"rerun": rerun}

@@ -7,7 +7,8 @@ checksum compare ends it; a changed file adds copy), `set_fact`/`assert`/`debug`
 at all, and a `package` action resolves to apt or dnf. What a rerun costs a host is the number
 of times AnsiballZ starts Python there, so this callback counts calls of the action plugins'
 `_execute_module` (every module execution of every action goes through it), in the worker
-processes where they happen: each call appends one JSON line {host, target, task, module} to
+processes where they happen (under Mitogen's strategy: its ActionModuleMixin's, which replaces ActionBase's):
+each call appends one JSON line {host, target, task, module} to
 the file named by KVCACHE_MODULE_RUNS_LOG (O_APPEND: lines from parallel forks do not mix).
 `host` is the task's inventory host, `target` where the module ran (the delegated host for
 delegate_to).
@@ -30,6 +31,7 @@ requirements:
 
 import json
 import os
+import sys
 
 from ansible.plugins.action import ActionBase
 from ansible.plugins.callback import CallbackBase
@@ -74,5 +76,22 @@ class CallbackModule(CallbackBase):
     def __init__(self, *args, **kwargs):
         super(CallbackModule, self).__init__(*args, **kwargs)
         # Patched in the controller before the workers fork, so every fork inherits it.
-        if not getattr(ActionBase._execute_module, "kvcache_counted", False):
-            ActionBase._execute_module = _wrap(ActionBase._execute_module)
+        _patch(ActionBase)
+        _patch_mitogen()
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        # Mitogen's strategy (loaded after the callbacks) puts its own _execute_module in front
+        # of ActionBase's (ansible_mitogen.mixins.ActionModuleMixin): count that one too. The
+        # strategy calls this in the controller before it starts the task's workers.
+        _patch_mitogen()
+
+
+def _patch(cls):
+    if "_execute_module" in vars(cls) and not getattr(cls._execute_module, "kvcache_counted", False):
+        cls._execute_module = _wrap(cls._execute_module)
+
+
+def _patch_mitogen():
+    mixins = sys.modules.get("ansible_mitogen.mixins")
+    if mixins is not None:
+        _patch(mixins.ActionModuleMixin)

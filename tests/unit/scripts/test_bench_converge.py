@@ -17,6 +17,7 @@ PIP = {"find_links": ["/srv/wheels"], "extra_index_urls": ["file:///srv/simple"]
 def test_parse_nodes():
     assert conv.parse_nodes("32,2,8,8") == [2, 8, 32]
     assert conv.parse_nodes("2") == [2]
+    assert conv.parse_nodes("none") == []  # only the lab rerun
     for bad in ("", "0,2", "2,%d" % (conv.MAX_NODES + 1)):
         with pytest.raises(ValueError):
             conv.parse_nodes(bad)
@@ -217,3 +218,78 @@ def test_inotify_instances_for_puts_a_raised_limit_back(tmp_path):
     with conv.inotify_instances_for(32, path=str(sysctl)) as note:
         assert note is None
     assert sysctl.read_text() == "100000\n"
+
+
+# The lab rerun's own CPU (issue #24): cgroups, shims and the process tree, not /proc/stat.
+
+def _pid_stat(pid, comm, utime, stime, cutime, cstime):
+    # /proc/<pid>/stat: pid (comm) state ppid ... utime(14) stime(15) cutime(16) cstime(17) ...
+    return "%d (%s) S 1 %d 0 0 -1 0 0 0 0 0 %d %d %d %d 20 0 1 0\n" % (pid, comm, pid, utime, stime, cutime, cstime)
+
+
+def test_proc_stat_cpu_seconds_counts_reaped_children():
+    text = _pid_stat(7, "containerd-shim", 100, 50, 30, 20)  # comm may hold spaces and parentheses too
+    assert conv.proc_stat_cpu_seconds(text, 100) == pytest.approx(2.0)
+    assert conv.proc_stat_cpu_seconds(text, 100, children=False) == pytest.approx(1.5)
+    assert conv.proc_stat_cpu_seconds(_pid_stat(8, "a (b) c", 10, 0, 0, 0), 10) == pytest.approx(1.0)
+
+
+def _fake_proc(root, processes):
+    for pid, comm, cmdline, ticks in processes:
+        base = root / str(pid)
+        base.mkdir()
+        (base / "stat").write_text(_pid_stat(pid, comm, *ticks))
+        (base / "cmdline").write_text("\0".join(cmdline.split()) + "\0")
+
+
+def test_lab_cpu_snapshot_and_delta(tmp_path, monkeypatch):
+    cgroups = tmp_path / "cpuacct"
+    for cid, ns in (("id1", 5 * 10 ** 9), ("id2", 3 * 10 ** 9), ("other", 9 * 10 ** 9)):
+        (cgroups / cid).mkdir(parents=True)
+        (cgroups / cid / "cpuacct.usage").write_text("%d\n" % ns)
+    monkeypatch.setattr(conv, "CGROUP_CPUACCT", str(cgroups))
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    _fake_proc(proc, [
+        (10, "containerd-shim", "/usr/bin/containerd-shim-runc-v2 -namespace moby -id id1 -address x", (100, 0, 0, 0)),
+        (11, "containerd-shim", "/usr/bin/containerd-shim-runc-v2 -namespace moby -id id2 -address x", (0, 0, 0, 0)),
+        (12, "containerd-shim", "/usr/bin/containerd-shim-runc-v2 -namespace moby -id other -address x", (500, 0, 0, 0)),
+        (13, "dockerd", "dockerd", (1000, 0, 0, 0)),
+        (14, "containerd", "containerd --config c", (1000, 0, 0, 0)),
+        (15, "python3", "python3 something", (9999, 0, 0, 0)),
+    ])
+    ids = {"kvcache-lab-node1": "id1", "kvcache-lab-node2": "id2"}
+    before = conv.lab_cpu_snapshot(ids, proc=str(proc), ticks=100)
+    assert before["containers"] == {"kvcache-lab-node1": 5.0, "kvcache-lab-node2": 3.0}
+    assert before["shims"] == {"kvcache-lab-node1": 1.0, "kvcache-lab-node2": 0.0}  # not the other container's
+    assert before["daemons"] == {"dockerd": 10.0, "containerd": 10.0}
+    # 12 s in node1's cgroup, 1 s in node2's; node1's shim reaped runc processes worth 2 s
+    (cgroups / "id1" / "cpuacct.usage").write_text("%d\n" % (17 * 10 ** 9))
+    (cgroups / "id2" / "cpuacct.usage").write_text("%d\n" % (4 * 10 ** 9))
+    (cgroups / "other" / "cpuacct.usage").write_text("%d\n" % (99 * 10 ** 9))
+    (proc / "10" / "stat").write_text(_pid_stat(10, "containerd-shim", 100, 0, 150, 50))
+    (proc / "13" / "stat").write_text(_pid_stat(13, "dockerd", 1500, 0, 0, 0))
+    after = conv.lab_cpu_snapshot(ids, proc=str(proc), ticks=100)
+    got = conv.lab_cpu_delta(before, after, controller_cpu=20.0)
+    assert got["containers"] == {"kvcache-lab-node1": pytest.approx(12.0), "kvcache-lab-node2": pytest.approx(1.0)}
+    assert got["containers_total"] == pytest.approx(13.0)
+    assert got["shims"] == pytest.approx(2.0)
+    # the rerun's CPU: what the shims reaped (the exec'd module runs) 2 + the controller's process
+    # tree 20; the cgroups (services and the same module runs), the other container, the other
+    # process and the shared docker daemons (5 s) are not in it
+    assert got["rerun_cpu_seconds"] == pytest.approx(22.0)
+    assert got["daemons"] == pytest.approx(5.0) and got["complete"] is True
+    # a container whose cgroup vanished makes the sum incomplete, and says so
+    (cgroups / "id2" / "cpuacct.usage").unlink()
+    assert conv.lab_cpu_delta(before, conv.lab_cpu_snapshot(ids, proc=str(proc), ticks=100), 20.0)["complete"] is False
+
+
+def test_mitogen_env_only_when_asked():
+    class Args:
+        mitogen = False
+    assert conv.mitogen_env(Args()) == {}
+    Args.mitogen = True
+    env = conv.mitogen_env(Args())
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert env["ANSIBLE_STRATEGY_PLUGINS"].endswith(os.path.join("build", "mitogen", "ansible_mitogen", "plugins",
+                                                                 "strategy"))
