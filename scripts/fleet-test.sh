@@ -18,7 +18,8 @@
 #     (the driver role plans against the replayed nvidia-smi; its published facts are asserted).
 #   - The ONTAP cluster and an NFS/RDMA client in this kernel: the storage stage runs in check
 #     mode, on the nodes only (the ONTAP side has its own tests against the strict API double:
-#     make integration). The nodes' tier path is therefore not a mount.
+#     make integration), with rpcrdma's loading skipped (no loadable modules here). The nodes'
+#     tier path is therefore not a mount: the tests assert the mount the role plans.
 #   - The CUDA venv (8 GB): make gpu-contract's venv, built by inference_env's own tasks from
 #     the same lock, mounted READ-ONLY at the venv path; inference_env resolves the lock on
 #     the node and finds the venv already holds it (nothing is installed or copied).
@@ -159,6 +160,17 @@ play() {  # play [--may-fail] <name> [ansible-playbook args...]: one run, its lo
   echo "    $name: $(( $(date +%s) - start )) s"
 }
 
+together() {  # together "<play args>" "<play args>": two independent runs side by side (their
+  # waits on the containers overlap); each one's output printed after both, and any failure fails.
+  local out_a="$state/.together-a" out_b="$state/.together-b" pid_a pid_b rc_a=0 rc_b=0
+  eval "play $1" >"$out_a" 2>&1 & pid_a=$!
+  eval "play $2" >"$out_b" 2>&1 & pid_b=$!
+  wait "$pid_a" || rc_a=$?
+  wait "$pid_b" || rc_b=$?
+  cat "$out_a" "$out_b"; rm -f "$out_a" "$out_b"
+  [ "$rc_a" = 0 ] && [ "$rc_b" = 0 ] || exit 1
+}
+
 snapshot() {  # snapshot <phase>: what the nodes hold now, for tests/integration/fleet
   local phase=$1 h c d
   [[ "$runs" == *" $phase "* ]] || return 0
@@ -184,26 +196,28 @@ cli_pid=$!
 
 # Storage in check mode, on the nodes (the ONTAP play on the controller is limited out: it
 # has its own tests against the strict API double, make integration). This build machine's
-# kernel has no loadable modules (no /proc/modules), so the NFS/RDMA mount's rpcrdma step
-# cannot even be probed; the tests accept exactly that failure and no other.
-say "storage (check mode: no ONTAP, no NFS client or kernel modules here)"
-play --may-fail storage --check "${fleet[@]}" playbooks/storage.yml
+# kernel has no loadable modules (no /proc/modules), so loading rpcrdma cannot even be
+# probed: this run alone passes kvcache_mount_load_rpcrdma=false (the role's knob for a
+# kernel with rpcrdma built in) and goes on to the mount, which check mode plans (the fstab
+# entry) without mount.nfs4; the role publishes kvcache_mount_facts, which the tests assert.
 # Host preparation in check mode: the driver role plans against the replayed nvidia-smi and
 # publishes nvidia_driver_facts. NVIDIA's repository is not reachable from here, so where the
 # role needs it even in check mode the run fails; the tests then say so (xfail, with the error).
-say "driver: host preparation (check mode: no GPU, no NVIDIA repository here)"
-play --may-fail driver --check "${fleet[@]}" playbooks/host_prep.yml
+# Both are check mode and change nothing: they run side by side.
+say "storage (check mode: no ONTAP, no NFS client or kernel modules here) and driver: host preparation (check mode: no GPU, no NVIDIA repository here), side by side"
+together "storage --check \"\${fleet[@]}\" -e '{\"kvcache_mount_load_rpcrdma\": false}' playbooks/storage.yml" \
+  "--may-fail driver --check \"\${fleet[@]}\" playbooks/host_prep.yml"
 # operations.yml is left out: its pruning timer needs the mounted tier (see storage above).
 say "converge: preflight, nodes, monitoring (real)"
 play converge "${fleet[@]}" playbooks/preflight.yml playbooks/nodes.yml \
   "$fleet_dir/playbooks/monitoring.yml"
 snapshot converge
-say "rerun (must change nothing)"
-play rerun "${fleet[@]}" playbooks/preflight.yml playbooks/nodes.yml \
-  "$fleet_dir/playbooks/monitoring.yml"
 wait "$cli_pid" || { tail -n 20 "$logs/router-docker-cli.log"; echo "fleet: docker CLI install failed on router-01" >&2; exit 1; }
-say "router and monitoring alone, without the nodes' play (check mode: no router image here)"
-play alone --check "${fleet[@]}" playbooks/router.yml "$fleet_dir/playbooks/monitoring.yml"
+# The rerun (which must change nothing) and the router play alone (check mode, a run of its
+# own without the nodes' play: what it derives comes from the nodes' GPUs) side by side.
+say "rerun (must change nothing) and router and monitoring alone, without the nodes' play (check mode: no router image here), side by side"
+together "rerun \"\${fleet[@]}\" playbooks/preflight.yml playbooks/nodes.yml \"\$fleet_dir/playbooks/monitoring.yml\"" \
+  "alone --check \"\${fleet[@]}\" playbooks/router.yml \"\$fleet_dir/playbooks/monitoring.yml\""
 say "converge at kvcache_tensor_parallel_size=2"
 play tp2 "${fleet[@]}" -e '{"kvcache_tensor_parallel_size": 2}' playbooks/preflight.yml playbooks/nodes.yml \
   "$fleet_dir/playbooks/monitoring.yml"
