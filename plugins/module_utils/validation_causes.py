@@ -147,6 +147,13 @@ CAUSES = {
     "gds_probe_failed": ("error", ("gds_path",),
                          "LMCache's GdsBackend could not store or load the probe chunk (or it came back different): "
                          "the error names the stage; cuFile errors (compat mode off) show a missing GDS path."),
+    "s3_expired_false_hits": ("warning", ("local_hit", "cross_instance", "router"),
+                              "LMCache 0.5.6's S3 connector caches the size of every object an engine stored or found, "
+                              "for the life of the process: once the bucket's expiration rule deletes the object, that "
+                              "engine's lookups keep reporting the chunk (its load fails, vLLM recomputes, and the engine "
+                              "never stores it again). Restart the engines more often than the expiration "
+                              "(playbooks/rolling_upgrade.yml, no downtime), or raise storagegrid_s3_expiration_days above "
+                              "their planned lifetime; see docs/roles/validation.md, 'Deleted objects'."),
     "router_unhealthy": ("error", ("router",),
                          "The router answers but fails the probe: check its backends and logs (roles/router)."),
 }
@@ -433,3 +440,24 @@ def _probe_causes(causes, result, host):
         return
     if not causes_from_text(causes, text, host=host) and result.get("stage") in ("lookup", "compare", "load"):
         causes.add("tier_error", "%s: %s" % (host, result.get("error")), hosts=[host])
+
+
+def detect_expired_false_hits(causes, host, uptime, expiration_days):
+    """Engines that have run longer than the s3 tier's expiration rule (warning s3_expired_false_hits).
+
+    uptime: the registered `<unit> <MainPID> <seconds>` lines of diagnose_node.yml."""
+    try:
+        days = int(expiration_days or 0)
+    except (TypeError, ValueError):
+        return []
+    if days <= 0 or not isinstance(uptime, dict) or uptime.get("rc") not in (0, None):
+        return []
+    old = []
+    for line in (uptime.get("stdout") or "").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2].isdigit() and int(parts[2]) > days * 86400:
+            old.append("%s (%.1f days)" % (parts[0], int(parts[2]) / 86400.0))
+    if old:
+        causes.add("s3_expired_false_hits", "%s: %s ran longer than the bucket's %d-day expiration" % (
+            host, ", ".join(old), days), hosts=[host])
+    return old

@@ -21,6 +21,8 @@ def summary_lines(report):
         lines.append("  %d %-14s %-7s %s%s" % (stage["number"], stage["id"], stage["status"].upper(), stage["reason"], flag))
         for cid in stage["causes"]:
             lines.append("      cause %s: %s" % (cid, causes[cid]["message"]))
+    if "s3_expired_false_hits" in causes:
+        lines.append("  warning s3_expired_false_hits: %s" % causes["s3_expired_false_hits"]["message"])
     for node in report["fleet"]["nodes"]:
         if node.get("validated") is False:
             lines.append("  not validated: %s (%s)" % (node["host"], node.get("reason")))

@@ -208,3 +208,23 @@ def test_stage_6_on_a_gds_node_goes_through_the_gds_backend(run_module, tmp_path
     assert not failed, loaded
     assert (stored["connector"], loaded["connector"], loaded["match"]) == ("GdsBackend", "GdsBackend", True)
     assert os.listdir(str(node / "gds"))
+
+
+def test_engines_older_than_the_s3_expiration_are_named(run_module, tmp_path):
+    """The guard for LMCache 0.5.6's permanent false hits on deleted S3 objects
+    (tests/integration/test_lmcache_s3_deleted_objects.py): a warning naming the old engines."""
+    uptime = {"rc": 0, "stdout": "kvcache-vllm@gpu0.service 4242 864000\nkvcache-vllm@gpu1.service 4343 3600\n"}
+    args = {"run": {"id": RUN_ID, "nodes_in_play": ["gpu-node1"]},
+            "expected": {"tier": "s3", "s3_expiration_days": 7, "lmcache_mode": "inprocess"},
+            "nodes": {"gpu-node1": {"run_id": RUN_ID, "host": "gpu-node1", "engine_uptime": uptime}},
+            "settings": {"selected_stages": [], "required_stages": []}}
+    result, failed = run_module(validation_report, args)
+    assert not failed, result
+    causes = dict((c["id"], c) for c in result["report"]["causes"])
+    assert causes["s3_expired_false_hits"]["severity"] == "warning"
+    assert "kvcache-vllm@gpu0.service (10.0 days)" in causes["s3_expired_false_hits"]["message"]
+    assert "gpu1" not in causes["s3_expired_false_hits"]["message"]
+    assert any(line.startswith("  warning s3_expired_false_hits") for line in result["summary"])
+    args["expected"]["s3_expiration_days"] = 30
+    result, failed = run_module(validation_report, args)
+    assert "s3_expired_false_hits" not in [c["id"] for c in result["report"]["causes"]]
