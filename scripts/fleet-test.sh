@@ -15,7 +15,9 @@
 #
 # What this machine lacks, and what stands in (each also in docs/lab.md):
 #   - NVIDIA's repository (not reachable) and a GPU: host preparation runs in CHECK MODE
-#     (the driver role plans against the replayed nvidia-smi; its published facts are asserted).
+#     (the driver role plans against the replayed nvidia-smi; its published facts are asserted),
+#     with a double of NVIDIA's repository index and the driver's persistenced unit staged for
+#     that run only (tests/integration/fleet/fixtures/nvidia-repo/README.md).
 #   - The ONTAP cluster and an NFS/RDMA client in this kernel: the storage stage runs in check
 #     mode, on the nodes only (the ONTAP side has its own tests against the strict API double:
 #     make integration), with rpcrdma's loading skipped (no loadable modules here). The nodes'
@@ -171,6 +173,30 @@ together() {  # together "<play args>" "<play args>": two independent runs side 
   [ "$rc_a" = 0 ] && [ "$rc_b" = 0 ] || exit 1
 }
 
+nvidia_double() {  # nvidia_double add|remove: the double of NVIDIA's repository on the nodes,
+  # for host preparation's check-mode run only (tests/integration/fleet/fixtures/nvidia-repo):
+  # cuda-keyring's source and keyring, the lists `apt-get update` would have fetched, and the
+  # installed driver's nvidia-persistenced unit. Removed right after that run: the real runs
+  # refresh apt's lists, and NVIDIA's host does not resolve here.
+  local h c lists=/var/lib/apt/lists/developer.download.nvidia.com_compute_cuda_repos_debian12_x86%5f64
+  for h in "${nodes[@]}"; do
+    c=$(container "$h")
+    if [ "$1" = add ]; then
+      docker cp "$fleet_dir/fixtures/nvidia-repo/cuda-debian12-x86_64.list" "$c:/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
+      docker cp "$fleet_dir/fixtures/nvidia-repo/Packages" "$c:${lists}_Packages"
+      docker cp "$fleet_dir/fixtures/nvidia-repo/InRelease" "$c:${lists}_InRelease"
+      docker cp "$here/tests/unit/fixtures/nvidia_persistenced/ubuntu-nvidia-persistenced.service" \
+        "$c:/lib/systemd/system/nvidia-persistenced.service"
+      docker exec "$c" sh -c 'mkdir -p /usr/share/keyrings &&
+        echo "fleet double: no key" >/usr/share/keyrings/cuda-archive-keyring.gpg && systemctl daemon-reload'
+    else
+      docker exec "$c" sh -c "rm -rf /etc/apt/sources.list.d/cuda-debian12-x86_64.list /usr/share/keyrings/cuda-archive-keyring.gpg \
+        '${lists}_Packages' '${lists}_InRelease' /lib/systemd/system/nvidia-persistenced.service \
+        /etc/systemd/system/nvidia-persistenced.service.d && systemctl daemon-reload"
+    fi
+  done
+}
+
 snapshot() {  # snapshot <phase>: what the nodes hold now, for tests/integration/fleet
   local phase=$1 h c d
   [[ "$runs" == *" $phase "* ]] || return 0
@@ -200,13 +226,17 @@ cli_pid=$!
 # probed: this run alone passes kvcache_mount_load_rpcrdma=false (the role's knob for a
 # kernel with rpcrdma built in) and goes on to the mount, which check mode plans (the fstab
 # entry) without mount.nfs4; the role publishes kvcache_mount_facts, which the tests assert.
-# Host preparation in check mode: the driver role plans against the replayed nvidia-smi and
-# publishes nvidia_driver_facts. NVIDIA's repository is not reachable from here, so where the
-# role needs it even in check mode the run fails; the tests then say so (xfail, with the error).
+# Host preparation in check mode (with --diff: the drop-in it would write is in the log): the
+# driver role plans against the replayed nvidia-smi and publishes nvidia_driver_facts. NVIDIA's
+# repository is not reachable from here; the double above stands in for what a host with
+# cuda-keyring and the R580 driver has (the role's "reuse the host's source" and "already on
+# the branch" paths).
 # Both are check mode and change nothing: they run side by side.
+nvidia_double add
 say "storage (check mode: no ONTAP, no NFS client or kernel modules here) and driver: host preparation (check mode: no GPU, no NVIDIA repository here), side by side"
 together "storage --check \"\${fleet[@]}\" -e '{\"kvcache_mount_load_rpcrdma\": false}' playbooks/storage.yml" \
-  "--may-fail driver --check \"\${fleet[@]}\" playbooks/host_prep.yml"
+  "driver --check --diff \"\${fleet[@]}\" playbooks/host_prep.yml"
+nvidia_double remove
 # operations.yml is left out: its pruning timer needs the mounted tier (see storage above).
 say "converge: preflight, nodes, monitoring (real)"
 play converge "${fleet[@]}" playbooks/preflight.yml playbooks/nodes.yml \

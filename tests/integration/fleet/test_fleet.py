@@ -153,32 +153,27 @@ def test_published_instances(run):
         assert published == expected_instances(node, tp)
 
 
-# Why the driver role publishes nothing here (docs/lab.md, "NVIDIA's repository"). Host
-# preparation runs in check mode and still needs NVIDIA's CUDA repository: (1) it downloads the
-# repository's signing key (get_url fetches even in check mode) and developer.download.nvidia.com
-# does not resolve from this machine; (2) past the key, its check-mode apt runs for the pinning
-# package and Fabric Manager need the repository's package lists, which a source added in the
-# same check-mode run does not have (the pinning and driver installs are guarded for that,
-# Fabric Manager's is not: tasks/fabricmanager.yml). A double would need a fake HTTPS host for
-# NVIDIA's name with a test CA, a signed apt repository with those packages, and a stub
-# nvidia-persistenced unit for the check-mode restart: not built yet.
-DRIVER_XFAIL = ("host preparation (check mode) needs NVIDIA's CUDA repository, unreachable here: its "
-                "signing key download fails, and check-mode apt needs the repository's package lists "
-                "for the pinning package and Fabric Manager; so the role never reaches "
-                "'Publish what the role did' (nvidia_driver_facts)")
-
-
 def driver_facts(node):
-    """The driver role's published facts from the host preparation run (check mode). Where
-    the role could not finish offline, xfail with DRIVER_XFAIL and the run's own error."""
-    # Ansible ends the run when every host of a play failed: then there is no record at all.
-    rec = record("driver") if os.path.exists(os.path.join(STATE, "record-driver.json")) else None
-    facts = rec["nodes"][node]["nvidia_driver_facts"] if rec else None
-    if not facts:
-        errors = sorted(set(re.findall(r"^\[ERROR\]: (Task failed: .*)$", log("driver"), re.M)))
-        pytest.xfail("%s: %s. The run's error: %s"
-                     % (node, DRIVER_XFAIL, "; ".join(errors) or "see build/fleet/logs/driver.log"))
+    """The driver role's published facts from the host preparation run (check mode, with the
+    double of NVIDIA's repository and the driver's persistenced unit: fixtures/nvidia-repo)."""
+    rec = record("driver")
+    facts = rec["nodes"][node]["nvidia_driver_facts"]
+    assert facts, "%s: host preparation published no nvidia_driver_facts (build/fleet/logs/driver.log)" % node
     return rec, facts
+
+
+def task_results(text, task):
+    """{host: the output of that host's result} for the task named `task` (first run of it)."""
+    parts = text.split("TASK [%s]" % task, 1)
+    assert len(parts) == 2, "no task %r in the log" % task
+    body, results, buffer = parts[1].split("\nTASK [", 1)[0], {}, []
+    for line in body.splitlines():
+        buffer.append(line)
+        found = re.match(r"^(ok|changed|skipping|fatal): \[([^\]]+)\]", line)
+        if found:
+            results[found.group(2)] = (found.group(1), "\n".join(buffer))
+            buffer = []
+    return results
 
 
 @pytest.mark.parametrize("node", sorted(NODES))
@@ -192,24 +187,43 @@ def test_gpu_facts_see_the_nvswitches_only_on_the_hgx_node(node):
 def test_fabric_manager_only_on_the_nvswitch_node(node):
     """Read from the driver role's published facts, not from its task names."""
     rec, facts = driver_facts(node)
+    assert str(facts["on_branch"]).lower() == "true", facts  # the captures' 580.95.05 on the example's branch
     assert bool(facts["fabricmanager"]) is NODES[node]["nvswitch"], facts
     if NODES[node]["nvswitch"]:
         package = str(facts["fabricmanager_package"])
         # pinned to exactly the driver's version (the one nvidia-smi reports here)
+        assert package.startswith("nvidia-fabricmanager-580="), package
         assert rec["nodes"][node]["gpu_facts_driver_version"] in package, package
     else:
         assert not facts["fabricmanager_package"], facts
+    # and the install it planned (check-mode apt against the repository double) is that package
+    installs = task_results(log("driver"), "kvcache.offload.nvidia_driver : Install Fabric Manager")
+    if NODES[node]["nvswitch"]:
+        assert installs[node][0] == "changed", installs
+    else:  # the task never ran there (its include was skipped)
+        assert installs.get(node, ("skipping",))[0] == "skipping", installs
 
 
 @pytest.mark.parametrize("node", sorted(NODES))
 def test_persistence_mode_on(node):
-    """nvidia-persistenced with persistence mode on, in the driver role's published plan (its
-    drop-in); the daemon itself cannot run without a GPU."""
+    """nvidia-persistenced with persistence mode on: the drop-in the role would write over the
+    installed unit (Ubuntu's, which passes --no-persistence-mode), from the check-mode run's diff,
+    and the restart it plans. The daemon itself cannot run without a GPU."""
     _rec, facts = driver_facts(node)
-    if "persistenced_dropin" not in facts:
-        pytest.skip("the nvidia_driver role publishes no persistenced_dropin (no drop-in yet)")
     assert str(facts["persistence_mode"]).lower() == "true", facts
-    assert facts["persistenced_dropin"], facts
+    assert facts["persistenced_dropin"] == "/etc/systemd/system/nvidia-persistenced.service.d/kvcache-persistence-mode.conf"
+    text = log("driver")
+    status, output = task_results(
+        text, "kvcache.offload.nvidia_driver : Override the persistence daemon's command line (persistence mode on)")[node]
+    assert status == "changed", output
+    added = [line[1:].strip() for line in output.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    exec_lines = [line for line in added if line.startswith("ExecStart=")]
+    # ExecStart= cleared, then the daemon without --no-persistence-mode (its default: persistence on)
+    assert exec_lines[:1] == ["ExecStart="], output
+    assert len(exec_lines) == 2 and exec_lines[1].startswith("ExecStart=/usr/bin/nvidia-persistenced"), output
+    assert "--no-persistence-mode" not in exec_lines[1], output
+    restart = task_results(text, "kvcache.offload.nvidia_driver : Restart the persistence daemon on its new command line")
+    assert restart[node][0] == "changed", restart
 
 
 @pytest.mark.parametrize("node", sorted(NODES))
