@@ -25,8 +25,11 @@ def test_the_storage_manager_files_the_gds_backend_under_the_name_the_probe_look
     assert inspect.getsource(GdsBackend.__str__).strip().endswith("return self.__class__.__name__")
 
 
+def params(func):
+    return list(inspect.signature(func).parameters)
+
+
 def test_gds_backend_methods_take_what_the_probe_passes():
-    params = lambda f: list(inspect.signature(f).parameters)  # noqa: E731
     assert params(GdsBackend.allocate)[:4] == ["self", "shapes", "dtypes", "fmt"]
     assert params(GdsBackend.submit_put_task)[:3] == ["self", "key", "memory_obj"]
     assert params(GdsBackend.contains)[:2] == ["self", "key"]

@@ -57,14 +57,14 @@ def run_node(run_module, tmp_path, host, mode="", stats="nvidia_fs_stats_2.28.4_
     config = node / "lmcache-config.yaml"
     config.write_text("chunk_size: 256\ngds_path: %s\nuse_gds: true\n" % (node / "gds"))
     files = {"nvfs_stats_file": str(nvfs), "rw_stats_param": str(param)}
-    before, _ = run_module(gds_facts, dict(files, gdscheck_path=gdscheck(node, capture, compat)))
+    before = run_module(gds_facts, dict(files, gdscheck_path=gdscheck(node, capture, compat)))[0]
     probe = {"python": sys.executable, "config_file": str(config), "backend": "gds", "timeout": 90,
              "probe_id": "validate-%s-gds-%s" % (RUN_ID, host),
              "environment": {"PYTHONPATH": FAKE, "FAKE_LMCACHE_TIER": str(node / "tier"), "FAKE_LMCACHE_MODE": mode,
                              "FAKE_LMCACHE_GDS": str(node / "gds"), "FAKE_NVFS_STATS": str(nvfs)}}
-    store, _ = run_module(lmcache_storage_probe, dict(probe, action="store"))
-    load, _ = run_module(lmcache_storage_probe, dict(probe, action="load"))
-    after, _ = run_module(gds_facts, dict(files, run_gdscheck=False))
+    store = run_module(lmcache_storage_probe, dict(probe, action="store"))[0]
+    load = run_module(lmcache_storage_probe, dict(probe, action="load"))[0]
+    after = run_module(gds_facts, dict(files, run_gdscheck=False))[0]
     mount = {"rc": 0, "stdout": json.dumps(mount or RDMA_MOUNT)}
     return {"run_id": RUN_ID, "host": host, "unreachable": False,
             "gds": {"before": before, "mount": mount, "store": store, "load": load, "after": after,
