@@ -406,6 +406,16 @@ def render_markdown(conv):
                          "the containers, the lab's services) on %d usable cores: however well packed, the same work "
                          "takes at least %.1f s here (CPU floor)." % (
                              rr["machine_cpu_seconds"], rr.get("cores") or 0, rr.get("cpu_floor_seconds") or 0.0))
+        own = rr.get("lab_cpu") or {}
+        if own:
+            lines.append("")
+            lines.append("The rerun's own CPU (what it started, whatever else runs on the machine): %.1f CPU-seconds, "
+                         "%.1f in ansible-playbook's process tree and %.1f in what the lab containers' shims reaped (the "
+                         "docker exec'd module runs)%s; the containers' cgroups, with their services, %.1f; dockerd and "
+                         "containerd (shared) %.1f." % (
+                             own["rerun_cpu_seconds"], own.get("controller") or 0.0, own.get("shims") or 0.0,
+                             ", under Mitogen" if conv.get("mitogen") else "", own.get("containers_total") or 0.0,
+                             own.get("daemons") or 0.0))
     else:
         lines.append("Full-stack lab rerun: not measured (%s)." % lab.get("reason", "not asked"))
     t = conv.get("targets") or {}
@@ -628,7 +638,8 @@ def section_converge(args, _out_dir, time_command):
     sim_dir = os.path.join(ROOT, "build", "bench", "sim")  # persistent (the seed venv), whatever --out is
     logs = os.path.join(sim_dir, "logs")
     os.makedirs(logs, exist_ok=True)
-    conv = {"playbooks": list(NODE_PLAYBOOKS), "node_counts": args.converge_nodes, "results": [], "notes": []}
+    conv = {"playbooks": list(NODE_PLAYBOOKS), "node_counts": args.converge_nodes, "results": [], "notes": [],
+            "mitogen": bool(getattr(args, "mitogen", False))}
     conv.update(_ansible_settings())
     if shutil.which("docker") is None:
         return dict(conv, skipped=True, reason="no docker")

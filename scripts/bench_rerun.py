@@ -162,6 +162,7 @@ def main(argv=None):
     variants = [parse_variant(v) for v in args.variant]
     if any(v["mitogen"] for v in variants) and not os.path.isdir(os.path.join(args.mitogen_dir, "ansible_mitogen")):
         parser.error("%s has no ansible_mitogen: make mitogen (docs/mitogen.md)" % args.mitogen_dir)
+    args.out = os.path.abspath(args.out)  # the runs' working directory is each variant's tree
     os.makedirs(args.out, exist_ok=True)
     runs = []
     for round_no in range(1, args.rounds + 1):

@@ -279,6 +279,10 @@ def test_lab_cpu_snapshot_and_delta(tmp_path, monkeypatch):
     # process and the shared docker daemons (5 s) are not in it
     assert got["rerun_cpu_seconds"] == pytest.approx(22.0)
     assert got["daemons"] == pytest.approx(5.0) and got["complete"] is True
+    lab = {"rerun": {"seconds": 60.0, "rc": 0, "changed_total": 0, "hosts": 5, "lab_cpu": got}}
+    text = "\n".join(conv.render_markdown({"results": [], "lab": lab, "targets": {}, "mitogen": True}))
+    assert "own CPU (what it started, whatever else runs on the machine): 22.0 CPU-seconds" in text
+    assert "2.0 in what the lab containers' shims reaped (the docker exec'd module runs), under Mitogen" in text
     # a container whose cgroup vanished makes the sum incomplete, and says so
     (cgroups / "id2" / "cpuacct.usage").unlink()
     assert conv.lab_cpu_delta(before, conv.lab_cpu_snapshot(ids, proc=str(proc), ticks=100), 20.0)["complete"] is False
