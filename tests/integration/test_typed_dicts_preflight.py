@@ -1,0 +1,35 @@
+"""A typed public dict refuses a bad value in playbooks/preflight.yml, before any stage runs
+(#18 item 4): container_runtime_docker_daemon_options is checked key by key by the
+container_runtime `checks` entry point, which preflight runs where host preparation installs a
+container engine: here the lab's nodes, with host_prep_gpu_containers (the lab's router runs
+vllm_router, without an engine). Same harness as test_preflight_refusals.py: the lab inventory as
+shipped, every host on the local connection, check mode; the running lab is never contacted."""
+from test_preflight_refusals import preflight  # noqa: F401  (the fixture)
+
+from conftest import flat
+
+
+def test_a_docker_daemon_option_dockerd_cannot_read_is_refused_in_preflight(preflight):  # noqa: F811
+    rc, out, recaps = preflight({"host_prep_gpu_containers": True, "container_runtime_docker_daemon_options": {
+        "log-driver": "json-file", "live-restore": "maybe"}})
+    text = flat(out)
+    assert rc != 0, out[-3000:]
+    assert recaps and all(r["changed"] == 0 for r in recaps.values()), recaps
+    assert "Preflight checks of host preparation" in text
+    assert "live-restore" in text and "container_runtime_docker_daemon_options" in text, out[-3000:]
+    # refused before the storage and node checks: no later preflight play ran
+    assert "Preflight checks of the nodes' tier and engine settings" not in text, out[-3000:]
+
+
+def test_the_same_inputs_with_valid_options_pass(preflight):  # noqa: F811
+    rc, out, _recaps = preflight({"host_prep_gpu_containers": True, "container_runtime_docker_daemon_options": {
+        "log-driver": "json-file", "live-restore": True}})
+    assert rc == 0, out[-3000:]
+
+
+def test_a_misspelt_docker_daemon_option_is_refused_in_preflight(preflight):  # noqa: F811
+    rc, out, _recaps = preflight({"host_prep_gpu_containers": True,
+                                  "container_runtime_docker_daemon_options": {"log-drivr": "json-file"}})
+    text = flat(out)
+    assert rc != 0, out[-3000:]
+    assert "log-drivr" in text and "container_runtime_docker_daemon_options" in text, out[-3000:]
