@@ -33,3 +33,25 @@ def test_a_misspelt_docker_daemon_option_is_refused_in_preflight(preflight):  # 
     text = flat(out)
     assert rc != 0, out[-3000:]
     assert "log-drivr" in text and "container_runtime_docker_daemon_options" in text, out[-3000:]
+
+
+# observability_target_defaults and the scrape settings: checked by the observability role's
+# `checks` entry point, which preflight runs on kvcache_monitoring (the lab: localhost). Before,
+# no preflight play read them: a bad value stopped the monitoring play, after every stage ran.
+def test_a_wrongly_typed_target_default_is_refused_in_preflight(preflight):  # noqa: F811
+    rc, out, recaps = preflight({"observability_target_defaults": {
+        "kvcache_lmcache_mode": "inprocess", "lmcache_mp_http_host": "127.0.0.1", "lmcache_mp_http_port": "eighty",
+        "router_implementation": "vllm_router", "router_port": 8001, "router_metrics_port": 29000}})
+    text = flat(out)
+    assert rc != 0, out[-3000:]
+    assert recaps and all(r["changed"] == 0 for r in recaps.values()), recaps
+    assert "Preflight checks of the monitoring settings" in text, out[-3000:]
+    assert "lmcache_mp_http_port" in text and "observability_target_defaults" in text, out[-3000:]
+
+
+def test_a_scrape_timeout_longer_than_the_interval_is_refused_in_preflight(preflight):  # noqa: F811
+    rc, out, _recaps = preflight({"observability_scrape_interval": "15s", "observability_scrape_timeout": "1m"})
+    text = flat(out)
+    assert rc != 0, out[-3000:]
+    assert "Preflight checks of the monitoring settings" in text, out[-3000:]
+    assert "observability_scrape_timeout" in text and "Fix:" in text, out[-3000:]

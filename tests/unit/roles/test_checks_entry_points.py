@@ -116,10 +116,11 @@ def test_no_role_has_validate_tasks_or_entry_point():
 
 
 def test_the_roles_with_checks():
-    # The eleven roles that had tasks/validate.yml, and gds; a new role with input checks joins the list.
+    # The eleven roles that had tasks/validate.yml, gds and observability; a new role with input checks
+    # joins the list.
     assert roles_with_checks() == {
         "container_runtime", "gds", "inference_env", "kvcache_mount", "kvcache_prune", "lmcache", "nvidia_driver",
-        "ontap_nfs", "router", "s3_store", "storagegrid_s3", "vllm"}
+        "observability", "ontap_nfs", "router", "s3_store", "storagegrid_s3", "vllm"}
 
 
 @pytest.mark.parametrize("role", sorted(roles_with_checks()))
