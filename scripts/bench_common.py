@@ -154,12 +154,14 @@ def count_module_runs(log_path, nodes=None, top=10):
 
     Returns {total, per_target: {target: n}, per_node: mean over the targets in nodes (without
     nodes: over every target but localhost; None when there is none), controller: runs on
-    localhost, by_module: [[module, n]...], by_task: [[task, n]...]} (largest first), or None
-    when there is no log.
+    localhost, by_module: [[module, n]...], by_task: [[task, n]...] (largest first), per_play:
+    [[play, runs, runs per node]...] in the order the plays ran, the per-node mean over the same
+    nodes as per_node}, or None when there is no log.
     """
     if not log_path or not os.path.exists(log_path):
         return None
     per_target, by_module, by_task, total = {}, {}, {}, 0
+    per_play, play_targets = {}, {}
     with open(log_path, encoding="utf-8") as handle:
         for line in handle:
             line = line.strip()
@@ -175,6 +177,10 @@ def count_module_runs(log_path, nodes=None, top=10):
             module = (row.get("module") or "?").replace("ansible.legacy.", "ansible.builtin.")
             by_module[module] = by_module.get(module, 0) + 1
             by_task[row.get("task") or "?"] = by_task.get(row.get("task") or "?", 0) + 1
+            play = row.get("play") or "?"
+            per_play[play] = per_play.get(play, 0) + 1  # dicts keep the order the plays ran
+            play_targets.setdefault(play, {})
+            play_targets[play][target] = play_targets[play].get(target, 0) + 1
     if nodes is None:
         nodes = [t for t in per_target if t != "localhost"]
     node_counts = [per_target.get(n, 0) for n in nodes]
@@ -188,4 +194,6 @@ def count_module_runs(log_path, nodes=None, top=10):
         "controller": per_target.get("localhost", 0),
         "by_module": _top(by_module),
         "by_task": _top(by_task),
+        "per_play": [[play, runs, (sum(play_targets[play].get(n, 0) for n in nodes) / float(len(nodes))) if nodes else None]
+                     for play, runs in per_play.items()],
     }

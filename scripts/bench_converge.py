@@ -133,7 +133,7 @@ def container_cgroup_cpu_seconds(container_id, root=None, v2_root=None):
         return int(text.strip()) / 1e9
     text = _read_text(os.path.join(v2_root, "docker-%s.scope" % container_id, "cpu.stat"))
     for line in (text or "").splitlines():
-        key, _, value = line.partition(" ")
+        key, _sep, value = line.partition(" ")
         if key == "usage_usec":
             return int(value) / 1e6
     return None
@@ -357,6 +357,18 @@ def _verdict(value):
     return {True: "met", False: "NOT met", None: "not measured"}[value]
 
 
+def _per_play_lines(runs):
+    """Module runs per play (the order the plays ran): all hosts, and per node."""
+    rows = [r for r in runs.get("per_play") or [] if r[1]]
+    if not rows:
+        return []
+    lines = ["", "Module runs per play in that rerun (all hosts / per node):", "",
+             "| play | module runs | per node |", "| --- | ---: | ---: |"]
+    for play, count, per_node in rows:
+        lines.append("| %s | %d | %s |" % (play.replace("|", "/"), count, "-" if per_node is None else "%.1f" % per_node))
+    return lines
+
+
 def render_markdown(conv):
     """The converge section of bench.md."""
     def sec(value):
@@ -400,6 +412,7 @@ def render_markdown(conv):
                          "%d in all, %s per node, %d on the controller; most: %s." % (
                              runs["total"], sec(runs.get("per_node")), runs.get("controller", 0),
                              ", ".join("%s %d" % (m, n) for m, n in runs.get("by_module", [])[:5])))
+            lines += _per_play_lines(runs)
         if rr.get("machine_cpu_seconds") is not None:
             lines.append("")
             lines.append("The machine was busy for %.1f CPU-seconds during it (controller, docker, the module runs in "
@@ -444,6 +457,7 @@ def render_markdown(conv):
             lines += ["", "Tasks with the most module runs in that rerun (all hosts):", ""]
             for task, count in runs["by_task"][:8]:
                 lines.append("- %d %s" % (count, task))
+        lines += _per_play_lines(runs)
     for note in conv.get("notes", []):
         lines.append("- %s" % note)
     lines.append("")

@@ -41,7 +41,7 @@ def parse_variant(text):
     label, sep, rest = str(text).partition("=")
     if not sep or not label or not rest:
         raise ValueError("a variant is LABEL=TREE[:mitogen]: %r" % text)
-    tree, _, flag = rest.partition(":")
+    tree, _colon, flag = rest.partition(":")
     if flag not in ("", "mitogen"):
         raise ValueError("unknown flag %r in %r (only :mitogen)" % (flag, text))
     return {"label": label, "tree": os.path.abspath(tree), "mitogen": flag == "mitogen"}

@@ -4,7 +4,8 @@ container_runtime `checks` entry point, which preflight runs where host preparat
 container engine: here the lab's nodes, with host_prep_gpu_containers (the lab's router runs
 vllm_router, without an engine). Same harness as test_preflight_refusals.py: the lab inventory as
 shipped, every host on the local connection, check mode; the running lab is never contacted."""
-from test_preflight_refusals import preflight  # noqa: F401  (the fixture)
+# the fixture, shared with test_preflight_refusals.py
+from test_preflight_refusals import preflight  # noqa: F401  # pylint: disable=unused-import
 
 from conftest import flat
 

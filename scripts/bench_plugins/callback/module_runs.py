@@ -8,7 +8,7 @@ at all, and a `package` action resolves to apt or dnf. What a rerun costs a host
 of times AnsiballZ starts Python there, so this callback counts calls of the action plugins'
 `_execute_module` (every module execution of every action goes through it), in the worker
 processes where they happen (under Mitogen's strategy: its ActionModuleMixin's, which replaces ActionBase's):
-each call appends one JSON line {host, target, task, module} to
+each call appends one JSON line {host, target, play, task, module} to
 the file named by KVCACHE_MODULE_RUNS_LOG (O_APPEND: lines from parallel forks do not mix).
 `host` is the task's inventory host, `target` where the module ran (the delegated host for
 delegate_to).
@@ -37,6 +37,8 @@ from ansible.plugins.action import ActionBase
 from ansible.plugins.callback import CallbackBase
 
 _ENV = "KVCACHE_MODULE_RUNS_LOG"
+# The running play's name: set in the controller at play start, inherited by the workers it forks.
+_PLAY_ENV = "KVCACHE_MODULE_RUNS_PLAY"
 
 
 def _target(action, task_vars):
@@ -54,6 +56,7 @@ def _wrap(original):
             line = json.dumps({
                 "host": (task_vars or {}).get("inventory_hostname"),
                 "target": _target(self, task_vars),
+                "play": os.environ.get(_PLAY_ENV),
                 "task": self._task.get_name() if self._task is not None else None,
                 "module": module_name or (self._task.action if self._task is not None else None),
             }, sort_keys=True) + "\n"
@@ -78,6 +81,9 @@ class CallbackModule(CallbackBase):
         # Patched in the controller before the workers fork, so every fork inherits it.
         _patch(ActionBase)
         _patch_mitogen()
+
+    def v2_playbook_on_play_start(self, play):
+        os.environ[_PLAY_ENV] = play.get_name().strip()
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         # Mitogen's strategy (loaded after the callbacks) puts its own _execute_module in front

@@ -39,10 +39,10 @@ def _write(path, rows):
 def test_count_module_runs_per_target_module_and_task(tmp_path):
     log = tmp_path / "runs.jsonl"
     _write(str(log), [
-        {"host": "n1", "target": "n1", "task": "t1", "module": "ansible.legacy.stat"},
-        {"host": "n1", "target": "n1", "task": "t1", "module": "ansible.legacy.copy"},
-        {"host": "n2", "target": "n2", "task": "t1", "module": "ansible.legacy.stat"},
-        {"host": "n2", "target": "localhost", "task": "t2", "module": "ansible.builtin.uri"},
+        {"host": "n1", "target": "n1", "play": "p1", "task": "t1", "module": "ansible.legacy.stat"},
+        {"host": "n1", "target": "n1", "play": "p1", "task": "t1", "module": "ansible.legacy.copy"},
+        {"host": "n2", "target": "n2", "play": "p1", "task": "t1", "module": "ansible.legacy.stat"},
+        {"host": "n2", "target": "localhost", "play": "p0", "task": "t2", "module": "ansible.builtin.uri"},
     ])
     got = bench_common.count_module_runs(str(log), nodes=["n1", "n2", "n3"])
     assert got["total"] == 4
@@ -51,6 +51,7 @@ def test_count_module_runs_per_target_module_and_task(tmp_path):
     assert got["controller"] == 1
     assert got["by_module"][0] == ["ansible.builtin.stat", 2]
     assert got["by_task"][0] == ["t1", 3]
+    assert got["per_play"] == [["p1", 3, pytest.approx(1.0)], ["p0", 1, 0.0]]  # in the order they ran
     assert bench_common.count_module_runs(str(tmp_path / "missing")) is None
 
 
@@ -81,6 +82,8 @@ def test_the_callback_counts_what_really_ran(tmp_path):
     modules = dict(second["by_module"])
     assert modules["ansible.builtin.stat"] == 2 and modules["ansible.builtin.command"] == 2
     assert "ansible.builtin.copy" in dict(first["by_module"]) and "ansible.builtin.copy" not in modules
+    # per play: the playbook's one play, 2 runs per node (the controller's runs are not a node's)
+    assert second["per_play"] == [["Count", 6, 2.0]], second
 
 
 def test_per_node_without_a_node_list_is_every_target_but_the_controller(tmp_path):
@@ -89,3 +92,14 @@ def test_per_node_without_a_node_list_is_every_target_but_the_controller(tmp_pat
     assert bench_common.count_module_runs(str(log))["per_node"] == pytest.approx(1.5)
     _write(str(log), [{"target": "localhost"}])
     assert bench_common.count_module_runs(str(log))["per_node"] is None
+
+
+def test_bench_md_has_the_module_runs_per_play():
+    import bench_converge
+    runs = {"total": 5, "per_node": 2.0, "controller": 1, "by_module": [], "by_task": [["t", 5]],
+            "per_play": [["Preflight checks on every host", 3, 1.5], ["Monitoring", 2, None], ["Empty", 0, 0.0]]}
+    lines = bench_converge._per_play_lines(runs)  # pylint: disable=protected-access
+    assert "| Preflight checks on every host | 3 | 1.5 |" in lines
+    assert "| Monitoring | 2 | - |" in lines
+    assert not [line for line in lines if "Empty" in line]
+    assert bench_converge._per_play_lines({"per_play": []}) == []  # pylint: disable=protected-access
