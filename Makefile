@@ -28,7 +28,7 @@ export LMCACHE_TRACK_USAGE := false
 export ANSIBLE_LINT_SKIP_SCHEMA_UPDATE := 1
 export ANSIBLE_LINT_NODEPS := 0
 
-.PHONY: help venv collection docker image check lint sanity unit docs docs-check molecule integration gpu-contract fleet dist test test-containers test-controller lab lab-test lab-down bench clean
+.PHONY: help venv mitogen collection docker image check lint sanity unit docs docs-check molecule integration gpu-contract fleet dist test test-containers test-controller lab lab-test lab-down bench clean
 
 # Every scenario in molecule/; `make molecule MOLECULE_SCENARIOS="nodes router"` runs some.
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
@@ -47,6 +47,17 @@ $(STAMP): requirements-dev.txt
 	@touch $@
 
 venv: $(STAMP) collection ## Create the pinned tool venv (ansible, molecule, linters, pytest)
+
+# Mitogen for Ansible, the OPT-IN executor (docs/mitogen.md): beside the tool venv, never in it.
+# The unit tests load it (tests/unit/scripts/test_bench_mitogen.py), so `make unit` installs it.
+MITOGEN_STAMP := $(BUILD)/mitogen/.installed
+$(MITOGEN_STAMP): requirements-mitogen.txt $(STAMP)
+	@echo "==> Mitogen (opt-in executor) in $(BUILD)/mitogen (pinned: requirements-mitogen.txt)"
+	@rm -rf $(BUILD)/mitogen
+	@$(VENV)/bin/python -m pip install --quiet --no-deps --target $(BUILD)/mitogen -r requirements-mitogen.txt >>$(BUILD)/pip.log 2>&1 || { cat $(BUILD)/pip.log; exit 1; }
+	@touch $@
+
+mitogen: $(MITOGEN_STAMP) ## Install the opt-in Mitogen executor into build/mitogen (docs/mitogen.md)
 
 collection: ## Link this checkout into build/collections as kvcache.offload
 	@mkdir -p $(dir $(COLLECTION_LINK)) $(ANSIBLE_LOCAL_TEMP)
@@ -78,7 +89,7 @@ docs-check: venv
 	@echo "==> generated docs (docs/reference)"
 	@python scripts/gen-docs.py --check
 
-unit: venv
+unit: venv mitogen
 	@echo "==> unit tests"
 	@python -m pytest tests/unit -q --cov=plugins --cov-report=term-missing:skip-covered --cov-report=xml:$(BUILD)/coverage.xml
 
