@@ -26,6 +26,22 @@ if not os.path.lexists(LINK):
     os.symlink(os.path.join("..", "..", "..", ".."), LINK)
 
 
+def ansible_env(tmp_path, **extra):
+    """The environment the integration tests run ansible-playbook in: this checkout's
+    ansible.cfg and collections, a private local temp under tmp_path, no colour; extra on top."""
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
+        "ANSIBLE_HOME": os.path.join(BUILD, "ansible-home"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+    })
+    env.update(extra)
+    return env
+
+
 def _ansible_playbook():
     here = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     return here if os.path.exists(here) else shutil.which("ansible-playbook")
@@ -49,15 +65,7 @@ def run_playbook(tmp_path):
         data = dict(extra_vars)
         data.setdefault("ansible_python_interpreter", sys.executable)
         vars_file.write_text(yaml.safe_dump(data))
-        env = dict(os.environ)
-        env.update({
-            "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
-            "ANSIBLE_HOME": os.path.join(BUILD, "ansible-home"),
-            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-            "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
-            "ANSIBLE_FORCE_COLOR": "0",
-            "ANSIBLE_NOCOLOR": "1",
-        })
+        env = ansible_env(tmp_path)
         cmd = [_ansible_playbook(), "-i", os.path.join(PLAYBOOKS, role, inventory),
                playbook or os.path.join(PLAYBOOKS, role, "playbook.yml"), "-e", "@%s" % vars_file]
         if check:

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import BUILD, COLLECTIONS, ROOT, _ansible_playbook, flat
+from conftest import ROOT, _ansible_playbook, ansible_env, flat
 
 HERE = os.path.join(ROOT, "tests", "integration", "vllm_checks")
 FLEET = os.path.join(ROOT, "tests", "integration", "fleet")
@@ -34,17 +34,8 @@ def vllm_checks(tmp_path):
         data.update(extra_vars)
         vars_file = tmp_path / "vars.yml"
         vars_file.write_text(yaml.safe_dump(data))
-        env = dict(os.environ)
-        env.update({
-            "PATH": "%s:%s" % (shim_dir, env.get("PATH", "")),
-            "KVCACHE_FLEET_GPU_DIR": os.path.join(FLEET, "fixtures", "gpu-a02"),
-            "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
-            "ANSIBLE_HOME": os.path.join(BUILD, "ansible-home"),
-            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-            "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
-            "ANSIBLE_FORCE_COLOR": "0",
-            "ANSIBLE_NOCOLOR": "1",
-        })
+        env = ansible_env(tmp_path, PATH="%s:%s" % (shim_dir, os.environ.get("PATH", "")),
+                          KVCACHE_FLEET_GPU_DIR=os.path.join(FLEET, "fixtures", "gpu-a02"))
         proc = subprocess.run(
             [_ansible_playbook(), "-i", os.path.join(HERE, "inventory.yml"), os.path.join(HERE, "playbook.yml"),
              "--check", "-e", "ansible_python_interpreter=%s" % os.path.join(os.path.dirname(_ansible_playbook()), "python"),
