@@ -105,6 +105,21 @@ CAUSES = {
     "ttft_not_lower": ("warning", ("local_hit", "cross_instance"),
                        "Time to first token did not drop on the hit. On the lab's tiny CPU model prefill is so cheap "
                        "that loading KV can cost as much; on a real model this points at a slow tier."),
+    "routing_requests_failed": ("error", ("routing",),
+                                "Requests through the router failed: check the router (systemctl status / journalctl of "
+                                "its service on the router host, GET /health) and that every backend answers."),
+    "routing_backends_differ": ("error", ("routing",),
+                                "The router's backend list differs from the fleet's instances: re-run playbooks/router.yml "
+                                "(the router role derives its backends from the inventory) so every instance, and only "
+                                "they, are routed to."),
+    "routing_unattributed": ("warning", ("routing",),
+                             "Some requests could not be attributed to one instance (no instance's vllm:prompt_tokens "
+                             "grew, or several did: other traffic on the fleet during the probe). Run the validation "
+                             "when the fleet is idle, or check the instances' /metrics."),
+    "routing_policy_unjudged": ("warning", ("routing",),
+                                "The report knows no pass rule for this routing policy (cache-aware: cache_aware, "
+                                "prefixaware, kvaware; cache-blind: round_robin, roundrobin, random, power_of_two): the "
+                                "stage shows the numbers without judging them."),
     "node_unreachable": ("error", ("lmcache_probe", "tier_write", "gds_path"),
                          "Ansible could not reach the node: check the connection (SSH / docker) to it."),
     "node_left_out": ("warning", ("instances",),

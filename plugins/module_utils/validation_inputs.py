@@ -89,6 +89,18 @@ def _router_raw(raw, settings):
     return raw
 
 
+def _routing_raw(raw, settings):
+    """Stage 8's skip reasons: those of stage 5, and fewer than two instances answering."""
+    reason = _router_raw(dict(raw, a=raw.get("a", "")), settings)
+    if reason.get("skipped"):
+        return reason
+    if len(raw.get("answering", raw.get("instances")) or []) < 2:
+        return _skip("fewer than two instances answered in stage 1 (nothing to route between)")
+    if "probe" not in raw or raw.get("probe") is None:
+        return _skip("not run")
+    return raw
+
+
 def stage_inputs(run, nodes, stages, settings, expected, stage_ids):
     """(raw stages by id for the judges, validated node results, not-validated node rows)."""
     settings = settings or {}
@@ -109,6 +121,9 @@ def stage_inputs(run, nodes, stages, settings, expected, stage_ids):
     router = stages.get("router")
     if isinstance(router, dict) and "router_hosts" in router:
         stages["router"] = _router_raw(router, settings)
+    routing = stages.get("routing")
+    if isinstance(routing, dict) and "router_hosts" in routing:
+        stages["routing"] = _routing_raw(routing, settings)
     selected = settings.get("selected_stages")
     if selected is not None:
         for stage_id in stage_ids:

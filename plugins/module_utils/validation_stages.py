@@ -27,6 +27,7 @@ from ansible_collections.kvcache.offload.plugins.module_utils.validation_causes 
     detect_config_causes,
     detect_expired_false_hits,
 )
+from ansible_collections.kvcache.offload.plugins.module_utils.routing import analyse, backend_differences, judge, policy_kind
 from ansible_collections.kvcache.offload.plugins.module_utils.validation_gds import eval_gds_path
 from ansible_collections.kvcache.offload.plugins.module_utils.validation_inputs import stage_inputs
 from ansible_collections.kvcache.offload.plugins.module_utils.validation_settings import (
@@ -53,6 +54,7 @@ STAGES = (
     ("router", 5, "The same prefix through the router is a hit"),
     ("lmcache_probe", 6, "LMCache storage probe: store on one node, load bit-exact on another"),
     ("gds_path", 7, "GPUDirect Storage: LMCache's KV reads and writes went through nvidia-fs on every node"),
+    ("routing", 8, "Routing: repeat turns of a session go to an instance that already holds its prefix"),
 )
 STAGE_IDS = tuple(s[0] for s in STAGES)
 
@@ -475,6 +477,60 @@ def eval_router(stage, raw, causes, settings):
     return stage
 
 
+def eval_routing(stage, raw, causes, settings):
+    """Stage 8: sessions through the router, each request attributed to the instance that served it."""
+    if _skipped(stage, raw):
+        return stage
+    probe = raw.get("probe") or {}
+    instances = raw.get("instances") or []
+    policy = raw.get("policy")
+    min_ratio = _num(raw.get("min_ratio"))
+    min_ratio = 0.9 if min_ratio is None else min_ratio
+    nums = analyse(probe.get("requests") or [], instances)
+    status, reason, found = judge(nums, policy, min_ratio)
+    problems = []
+    if probe.get("failed") and not probe.get("requests"):
+        status = FAIL
+        found = ["routing_requests_failed"]
+        reason = "the routing probe failed: %s" % (probe.get("msg") or _err_text(probe))
+    backends = raw.get("backends")
+    if backends is None:
+        backends = probe.get("router_workers")
+    diff = backend_differences(backends, instances)
+    if diff and (diff["extra"] or diff["missing"]):
+        found.append("routing_backends_differ")
+        problems.append("the router's backends differ from the fleet (not instances: %s; instances missing: %s)" % (
+            ", ".join(diff["extra"]) or "none", ", ".join(diff["missing"]) or "none"))
+    messages = {
+        "routing_requests_failed": "%d/%d requests through %s failed" % (nums["failed"], nums["requests"], raw.get("url")),
+        "routing_backends_differ": "; ".join(problems),
+        "routing_unattributed": "%d requests not attributable to one instance" % nums["unattributed"],
+        "routing_policy_unjudged": "policy %s (%s)" % (policy, raw.get("implementation") or "router"),
+    }
+    for cause in found:
+        causes.add(cause, messages[cause], hosts=list(raw.get("router_hosts") or [])[:1])
+    if problems:
+        status = FAIL
+        reason = "; ".join(problems + [reason])
+    stage["status"] = status
+    stage["reason"] = reason
+    stage["numbers"] = {
+        "policy": policy, "instances": nums["instances"], "sessions": len(nums["sessions"]), "requests": nums["requests"],
+        "failed": nums["failed"], "unattributed": nums["unattributed"], "repeat_turns": nums["repeat_turns"],
+        "repeat_on_holding_instance": nums["repeat_on_holding_instance"], "holding_ratio": nums["holding_ratio"],
+        "required_ratio": min_ratio if policy_kind(policy) == "cache_aware" else None,
+        "first_repeat_holding_ratio": nums["first_repeat_holding_ratio"],
+        "blind_expectation_first_repeat": nums["blind_expectation_first_repeat"],
+        "gpu_prefix_cache_turns": nums["sources"]["gpu_prefix_cache"],
+        "shared_tier_turns": nums["sources"]["shared_tier"], "recomputed_turns": nums["sources"]["recomputed"],
+        "ttft_repeat_median_s": nums["ttft_repeat_median_s"], "ttft_repeat_p95_s": nums["ttft_repeat_p95_s"],
+        "probe_s": _r(probe.get("elapsed"), 2),
+    }
+    stage["details"] = {"router_url": raw.get("url"), "implementation": raw.get("implementation"), "policy": policy,
+                        "backends_differ": diff, "sessions": nums["sessions"], "requests": nums["rows"]}
+    return stage
+
+
 def eval_lmcache_probe(stage, raw, causes):
     if _skipped(stage, raw):
         return stage
@@ -586,6 +642,8 @@ def build_report(run, expected, instances, nodes, stages, settings):
             eval_router(stage, raw, causes, settings)
         elif stage_id == "gds_path":
             eval_gds_path(stage, raw, causes, _skipped)
+        elif stage_id == "routing":
+            eval_routing(stage, raw, causes, settings)
         else:
             eval_lmcache_probe(stage, raw, causes)
         out_stages.append(stage)

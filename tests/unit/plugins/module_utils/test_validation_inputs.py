@@ -150,8 +150,9 @@ def test_stages_not_selected_are_reported_so_whatever_ran():
     report = build(inputs)
     assert [(s["id"], s["status"]) for s in report["stages"]] == [
         ("instances", "pass"), ("tier_write", "skipped"), ("local_hit", "skipped"), ("cross_instance", "skipped"),
-        ("router", "skipped"), ("lmcache_probe", "pass"), ("gds_path", "skipped")]
-    assert {stage(report, k)["reason"] for k in ("tier_write", "local_hit", "cross_instance", "router", "gds_path")} == {NOT_SELECTED}
+        ("router", "skipped"), ("lmcache_probe", "pass"), ("gds_path", "skipped"), ("routing", "skipped")]
+    assert {stage(report, k)["reason"] for k in ("tier_write", "local_hit", "cross_instance", "router", "gds_path",
+                                                 "routing")} == {NOT_SELECTED}
 
 
 def test_multiprocess_mode_runs_stage_6_from_the_nodes_too():
