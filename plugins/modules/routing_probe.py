@@ -139,23 +139,11 @@ elapsed:
   type: float
 """
 
-import json
-import time
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.kvcache.offload.plugins.module_utils.chat import build_body, make_prefix, make_suffix, run_round
-from ansible_collections.kvcache.offload.plugins.module_utils.http_client import HttpError, fetch
-from ansible_collections.kvcache.offload.plugins.module_utils.prom import (
-    HAS_PROMETHEUS_CLIENT,
-    PROMETHEUS_IMPORT_ERROR,
-    MetricsParseError,
-    delta,
-    snapshot,
-)
+from ansible_collections.kvcache.offload.plugins.module_utils.prom import HAS_PROMETHEUS_CLIENT, PROMETHEUS_IMPORT_ERROR
+from ansible_collections.kvcache.offload.plugins.module_utils.routing_session import read_workers, run_sessions
 from ansible_collections.kvcache.offload.plugins.module_utils.shared_args import http_argument_spec
-
-PREFIXES = ["vllm:", "lmcache:"]
 
 
 def argument_spec():
@@ -177,51 +165,6 @@ def argument_spec():
     return spec
 
 
-def read_all(urls, p):
-    out = {}
-    for url in urls:
-        try:
-            status, _h, body, _e = fetch(url + "/metrics", timeout=p["metrics_timeout"], accept="text/plain",
-                                         validate_certs=p["validate_certs"], ca_path=p["ca_path"])
-            out[url] = snapshot(body, prefixes=PREFIXES) if status == 200 else None
-        except (HttpError, MetricsParseError):
-            out[url] = None
-    return out
-
-
-def deltas(after, before):
-    out = {}
-    for url, snap in after.items():
-        prev = before.get(url)
-        out[url] = delta(snap, prev)["summary"] if snap is not None and prev is not None else None
-    return out
-
-
-def _moved(d):
-    return any(s and ((s.get("prompt_tokens") or 0) > 0 or (s.get("request_success") or 0) > 0) for s in d.values())
-
-
-def read_workers(p):
-    url = p["router_url"].rstrip("/") + "/" + p["workers_path"].lstrip("/")
-    try:
-        status, _h, body, _e = fetch(url, timeout=p["metrics_timeout"], api_key=p["api_key"], accept="application/json",
-                                     validate_certs=p["validate_certs"], ca_path=p["ca_path"])
-    except HttpError as exc:
-        return None, "%s: %s" % (exc.kind, exc.message)
-    if status != 200:
-        return None, "HTTP %s from %s" % (status, url)
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None, "%s did not return JSON" % url
-    if isinstance(data, dict):
-        data = data.get("urls") or data.get("workers") or []
-    urls = []
-    for item in data if isinstance(data, list) else []:
-        urls.append(item.get("url") if isinstance(item, dict) else str(item))
-    return urls, None
-
-
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     p = module.params
@@ -239,31 +182,16 @@ def main():
         module.exit_json(**result)
     if not HAS_PROMETHEUS_CLIENT:
         module.fail_json(msg=missing_required_lib("prometheus-client"), exception=str(PROMETHEUS_IMPORT_ERROR))
-    started = time.monotonic()
     if p["workers_path"]:
-        result["router_workers"], result["router_workers_error"] = read_workers(p)
-    url = p["router_url"].rstrip("/") + "/v1/chat/completions"
-    before = read_all(urls, p)
-    for session in range(p["sessions"]):
-        prefix = make_prefix("%s-s%d" % (p["seed"], session), p["prefix_tokens"])
-        for turn in range(p["turns"] + 1):
-            body = build_body(p["model"], prefix, make_suffix(turn, "%s-s%d" % (p["run_id"], session)),
-                              max_tokens=p["max_tokens"])
-            rnd = run_round(url, body, api_key=p["api_key"], headers=p["headers"], timeout=p["timeout"],
-                            deadline=p["timeout"], validate_certs=p["validate_certs"], ca_path=p["ca_path"])
-            after = read_all(urls, p)
-            d = deltas(after, before)
-            tries = 0
-            while rnd["ok"] and not _moved(d) and tries < p["settle_retries"]:
-                tries += 1
-                time.sleep(0.3)
-                after = read_all(urls, p)
-                d = deltas(after, before)
-            result["requests"].append({"session": session, "turn": turn, "ok": rnd["ok"], "status": rnd["status"],
-                                       "ttft": rnd["ttft"], "total": rnd["total"], "error": rnd["error"],
-                                       "usage": rnd["usage"], "deltas": d})
-            before = after
-    result["elapsed"] = time.monotonic() - started
+        result["router_workers"], result["router_workers_error"] = read_workers(
+            p["router_url"], p["workers_path"], api_key=p["api_key"], timeout=p["metrics_timeout"],
+            validate_certs=p["validate_certs"], ca_path=p["ca_path"])
+    run = run_sessions(p["router_url"], urls, p["model"], sessions=p["sessions"], turns=p["turns"],
+                       prefix_tokens=p["prefix_tokens"], seed=p["seed"], run_id=p["run_id"], max_tokens=p["max_tokens"],
+                       api_key=p["api_key"], headers=p["headers"], timeout=p["timeout"],
+                       metrics_timeout=p["metrics_timeout"], settle_retries=p["settle_retries"],
+                       validate_certs=p["validate_certs"], ca_path=p["ca_path"])
+    result.update(requests=run["requests"], elapsed=run["elapsed"])
     module.exit_json(**result)
 
 
