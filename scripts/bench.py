@@ -17,6 +17,9 @@ lab       TTFT cold / same-instance hit / cross-instance hit via the shared tier
           512-4096 tokens, medians of N rounds, on the running lab (skipped when it is down).
 predict   measured tier bandwidth + the prefill table (docs/benchmarks/gpu_prefill_rates.yml)
           -> does loading from each tier beat recomputing, for named models and contexts.
+routing   router policies compared on the lab (default round_robin, cache_aware): the router alone
+          reconverged per policy, the same multi-session prompt mix through it, hit sources and
+          TTFT median/p95 per policy; the lab's policy restored after (scripts/bench_routing.py).
 converge  cold run and no-op rerun of the node-side playbooks on 2, 8 and 32 simulated nodes
           (containers on their own network, engines installed but not started), and the
           full-stack lab rerun when the lab is up (scripts/bench_converge.py); plus
@@ -38,6 +41,7 @@ import time
 import bench_converge
 import bench_lab
 import bench_predict
+import bench_routing
 import bench_storage
 from bench_common import ROOT, _f, load_reference, log, time_command
 
@@ -54,6 +58,8 @@ def render_markdown(report):
         lines += bench_lab.render_markdown(report["lab"])
     if report.get("predict"):
         lines += bench_predict.render_markdown(report["predict"])
+    if report.get("routing"):
+        lines += bench_routing.render_markdown(report["routing"])
     if report.get("converge_sim"):
         lines += bench_converge.render_markdown(report["converge_sim"])
     conv = report.get("converge")
@@ -75,8 +81,13 @@ def parse_args(argv=None):
     parser.add_argument("--smoke", action="store_true", help="small, fast run for CI")
     parser.add_argument("--out", default=os.path.join(ROOT, "build", "bench"))
     parser.add_argument("--sections", default=None,
-                        help="comma list of storage, lab, predict, converge (default: all four; --smoke: "
+                        help="comma list of storage, lab, predict, routing, converge (default: all five; --smoke: "
                              "storage,lab,predict); --converge commands run in any case")
+    parser.add_argument("--routing-policies", default="round_robin,cache_aware",
+                        help="vllm-router policies the routing section compares on the lab")
+    parser.add_argument("--routing-sessions", type=int, default=6)
+    parser.add_argument("--routing-turns", type=int, default=4, help="repeat turns per session")
+    parser.add_argument("--routing-model", default="tiny-qwen2", help="the lab's served model name")
     parser.add_argument("--model", default=None, help="model of docs/benchmarks/gpu_prefill_rates.yml sizing the chunk")
     parser.add_argument("--chunk-size", type=int, default=256)
     parser.add_argument("--objects", type=int, default=None)
@@ -120,7 +131,8 @@ def parse_args(argv=None):
     args.lab_max_seconds = args.lab_max_seconds or (60.0 if smoke else 600.0)
     args.streams = [int(s) for s in args.streams.split(",")]
     args.contexts = [int(c) for c in args.contexts.split(",")]
-    args.sections = args.sections or ("storage,lab,predict" if smoke else "storage,lab,predict,converge")
+    args.sections = args.sections or ("storage,lab,predict" if smoke else "storage,lab,predict,routing,converge")
+    args.routing_policies = [p.strip() for p in args.routing_policies.split(",") if p.strip()]
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     try:
         args.converge_nodes = bench_converge.parse_nodes(args.converge_nodes)
@@ -152,6 +164,11 @@ def main(argv=None):
             report["lab"] = {"skipped": True, "reason": "error: %s: %s" % (type(exc).__name__, exc)}
     if "predict" in args.sections:
         report["predict"] = bench_predict.section_predict(args, reference, report.get("storage"))
+    if "routing" in args.sections:
+        try:
+            report["routing"] = bench_routing.section_routing(args, report["meta"])
+        except Exception as exc:  # pylint: disable=broad-except
+            report["routing"] = {"skipped": True, "reason": "error: %s: %s" % (type(exc).__name__, exc)}
     if "converge" in args.sections:
         report["converge_sim"] = bench_converge.section_converge(args, out_dir, time_command)
     if args.converge:

@@ -88,8 +88,12 @@ def turn_order(sessions, turns, order="session", seed="0"):
 
 def run_sessions(router_url, urls, model, sessions=4, turns=3, prefix_tokens=2048, seed="0", run_id="", max_tokens=4,
                  api_key=None, headers=None, timeout=60.0, metrics_timeout=10.0, settle_retries=3,
-                 validate_certs=True, ca_path=None, order="session", prefix_tokens_by_session=None):
-    """Send the sessions through the router one request at a time; {"requests": [...], "elapsed": s}."""
+                 validate_certs=True, ca_path=None, order="session", prefix_tokens_by_session=None, order_seed=None):
+    """Send the sessions through the router one request at a time; {"requests": [...], "elapsed": s}.
+
+    order: "session" or "shuffled" (turn_order, seeded by order_seed, else seed);
+    prefix_tokens_by_session: {session: prefix tokens} overriding prefix_tokens.
+    """
     started = time.monotonic()
     url = router_url.rstrip("/") + "/v1/chat/completions"
     prefixes = {}
@@ -98,7 +102,7 @@ def run_sessions(router_url, urls, model, sessions=4, turns=3, prefix_tokens=204
         prefixes[s] = make_prefix("%s-s%d" % (seed, s), size)
     requests = []
     before = read_all(urls, metrics_timeout, validate_certs, ca_path)
-    for session, turn in turn_order(sessions, turns, order, seed):
+    for session, turn in turn_order(sessions, turns, order, seed if order_seed is None else order_seed):
         body = build_body(model, prefixes[session], make_suffix(turn, "%s-s%d" % (run_id, session)), max_tokens=max_tokens)
         rnd = run_round(url, body, api_key=api_key, headers=headers, timeout=timeout, deadline=timeout,
                         validate_certs=validate_certs, ca_path=ca_path)

@@ -155,3 +155,13 @@ def test_percentile_is_nearest_rank():
     assert routing.percentile([0.1, 0.2, 0.3, 0.4], 50) == 0.2
     assert routing.percentile([0.1, 0.2, 0.3, 0.4], 95) == 0.4
     assert routing.percentile([], 95) is None
+
+
+def test_the_shuffled_order_keeps_each_sessions_turns_in_order_and_is_seeded():
+    from ansible_collections.kvcache.offload.plugins.module_utils.routing_session import turn_order
+    order = turn_order(6, 4, "shuffled", "x")
+    assert sorted(order) == [(s, t) for s in range(6) for t in range(5)]
+    for s in range(6):
+        assert [t for sid, t in order if sid == s] == list(range(5))
+    assert order == turn_order(6, 4, "shuffled", "x") and order != turn_order(6, 4, "shuffled", "y")
+    assert turn_order(2, 1) == [(0, 0), (0, 1), (1, 0), (1, 1)]
