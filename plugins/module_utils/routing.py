@@ -192,6 +192,10 @@ def analyse(requests, instances):
     }
 
 
+def _norm_url(url):
+    return str(url or "").rstrip("/")
+
+
 def backend_differences(router_backends, instances):
     """URLs the router routes to that are no fleet instance, and fleet instances it lacks.
 
@@ -200,9 +204,8 @@ def backend_differences(router_backends, instances):
     """
     if router_backends is None:
         return None
-    norm = lambda u: str(u or "").rstrip("/")  # noqa: E731
-    have = set(norm(b.get("url") if isinstance(b, dict) else b) for b in router_backends)
-    want = set(norm(i.get("url")) for i in instances or [])
+    have = set(_norm_url(b.get("url") if isinstance(b, dict) else b) for b in router_backends)
+    want = set(_norm_url(i.get("url")) for i in instances or [])
     return {"extra": sorted(have - want), "missing": sorted(want - have)}
 
 

@@ -88,6 +88,10 @@ options:
         returned in RV(router_workers_error), it never fails the task.
     type: str
     default: ""
+  timeout:
+    description:
+      - Seconds one request may take in total (connect, prefill and the whole stream). Also the socket timeout.
+    default: 60.0
 notes:
   - Sends requests (their KV lands in the caches and the shared tier) but manages no state; returns C(changed=false).
   - Does nothing in check mode.
@@ -118,7 +122,7 @@ requests:
   elements: dict
   contains:
     session: {description: Session number., type: int}
-    turn: {description: 0 for the first turn, then 1.., type: int}
+    turn: {description: 0 for the first turn and 1 to O(turns) for the repeat turns., type: int}
     ok: {description: The request returned a complete 200 stream., type: bool}
     status: {description: HTTP status., type: int}
     ttft: {description: Time to first token in seconds., type: float}
