@@ -71,6 +71,15 @@ def render_markdown(report):
                          _md_value(row["completion_status"]), _md_value(row["ttft_s"]),
                          _md_value(row["without_key_status"]))
                 out.append("| %s/%s | %s | %s | %s | %s |" % cells)
+        if stage["id"] == "routing" and stage["details"].get("sessions"):
+            out += ["", "| session | instances used | repeat turns on a holding instance | GPU prefix cache | shared tier | "
+                    "recomputed | failed | unattributed |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            for row in stage["details"]["sessions"]:
+                src = row.get("sources") or {}
+                out.append("| %s | %s | %s/%s | %s | %s | %s | %s | %s |" % (
+                    row["session"], _md_escape(", ".join(row["instances_used"]) or "-"), row["repeat_on_holding_instance"],
+                    row["repeat_turns"], src.get("gpu_prefix_cache", 0), src.get("shared_tier", 0), src.get("recomputed", 0),
+                    row["failed"], row["unattributed"]))
         if stage["causes"]:
             out += ["", "Causes detected:"]
             for cid in stage["causes"]:

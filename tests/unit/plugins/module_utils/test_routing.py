@@ -165,3 +165,17 @@ def test_the_shuffled_order_keeps_each_sessions_turns_in_order_and_is_seeded():
         assert [t for sid, t in order if sid == s] == list(range(5))
     assert order == turn_order(6, 4, "shuffled", "x") and order != turn_order(6, 4, "shuffled", "y")
     assert turn_order(2, 1) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_the_markdown_report_has_a_row_per_session():
+    from ansible_collections.kvcache.offload.plugins.module_utils.validation_render import render_markdown
+    from ansible_collections.kvcache.offload.plugins.module_utils.validation_stages import build_report
+    probe = load("probe_round_robin.json")
+    raw = {"url": "http://172.29.100.20:8001", "router_hosts": ["lab-router"], "policy": "round_robin",
+           "health": {"status": 200}, "a": INSTANCES[0], "implementation": "vllm_router", "min_ratio": 0.9,
+           "instances": INSTANCES, "answering": INSTANCES, "backends": None, "probe": probe}
+    report = build_report({"id": "r1"}, {}, INSTANCES, [], {"routing": raw},
+                          {"selected_stages": ["instances", "routing"], "required_stages": ["routing"]})
+    text = render_markdown(report)
+    assert "| session | instances used | repeat turns on a holding instance |" in text
+    assert "| 0 | lab-node1/cpu0, lab-node2/cpu0 | 2/3 |" in text
