@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from conftest import BUILD, COLLECTIONS, ROOT, _ansible_playbook, flat
+from conftest import ROOT, _ansible_playbook, ansible_env, flat
 
 PLAYBOOK = os.path.join(ROOT, "playbooks", "preflight.yml")
 INVENTORY = os.path.join(ROOT, "inventories", "lab")
@@ -42,15 +42,7 @@ def preflight(tmp_path):
         data.update(extra_vars or {})
         vars_file = tmp_path / "vars.json"
         vars_file.write_text(json.dumps(data))
-        env = dict(os.environ)
-        env.update({
-            "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
-            "ANSIBLE_HOME": os.path.join(BUILD, "ansible-home"),
-            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-            "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
-            "ANSIBLE_FORCE_COLOR": "0",
-            "ANSIBLE_NOCOLOR": "1",
-        })
+        env = ansible_env(tmp_path)
         proc = subprocess.run([_ansible_playbook(), "-i", INVENTORY, PLAYBOOK, "--check", "-e", "@%s" % vars_file],
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
         out = proc.stdout + proc.stderr
