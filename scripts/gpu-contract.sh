@@ -13,6 +13,8 @@
 #
 # GPU_CONTRACT_PAIR=<vllm>,<lmcache> runs the contract on a candidate pair instead of the
 # matrix's pins (it is resolved with inference_env_allow_untested=true).
+# GPU_CONTRACT_PHASE=venv stops after step 1 (`make gpu-contract-venv`: make test builds the
+# venv, mostly downloads and disk writes, while `make check` keeps the CPU busy).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -70,6 +72,9 @@ import json, sys
 i = json.load(open(sys.argv[1]))
 print(i["venv"], i["vllm"], i["lmcache"], "yes" if i["tested"] else "no")' "$info")
 echo "    vllm $vllm_version + lmcache $lmcache_version (marked tested in the matrix: $tested); $(du -sh "$venv" | cut -f1) venv"
+if [ "${GPU_CONTRACT_PHASE:-all}" = venv ]; then
+  exit 0
+fi
 
 # --- 2. the rendered settings ---
 render_key=$(hash_of roles/kvcache roles/lmcache roles/vllm roles/gds inventories/example plugins \
