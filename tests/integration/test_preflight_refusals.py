@@ -111,11 +111,13 @@ def test_the_fix_it_names_passes(preflight):
     assert rc == 0, out[-3000:]
 
 
-def test_rhel_9_4_has_the_backport_and_9_0_does_not(preflight):
+def test_rhel_9_4_has_the_backport(preflight):
+    # RHEL 9.0-9.1 (5.14.0 before -170.el9) are refused like 5.15 above: the filter's unit
+    # tests cover the release table (tests/unit/plugins/filter/test_nfs_kernel.py); this run
+    # proves an el9 kernel string from the facts reaches it whole.
     rc, out, recaps = preflight(NFS, kernel="5.14.0-427.13.1.el9_4.x86_64")
     assert rc == 0, out[-3000:]
-    assert_refused(preflight(NFS, kernel="5.14.0-70.13.1.el9_0.x86_64"),
-                   "kernel 5.14.0-70.13.1.el9_0.x86_64 does not know the NFS mount option trunkdiscovery")
+    assert all(r["failed"] == 0 for r in recaps.values()), recaps
 
 
 def test_an_lmcache_variable_in_the_engine_environment_lmcache_misreads_is_refused(preflight):
