@@ -88,11 +88,14 @@ def turn_order(sessions, turns, order="session", seed="0"):
 
 def run_sessions(router_url, urls, model, sessions=4, turns=3, prefix_tokens=2048, seed="0", run_id="", max_tokens=4,
                  api_key=None, headers=None, timeout=60.0, metrics_timeout=10.0, settle_retries=3,
-                 validate_certs=True, ca_path=None, order="session", prefix_tokens_by_session=None, order_seed=None):
+                 validate_certs=True, ca_path=None, order="session", prefix_tokens_by_session=None, order_seed=None,
+                 stop_after_failures=1):
     """Send the sessions through the router one request at a time; {"requests": [...], "elapsed": s}.
 
     order: "session" or "shuffled" (turn_order, seeded by order_seed, else seed);
     prefix_tokens_by_session: {session: prefix tokens} overriding prefix_tokens.
+    stop_after_failures: stop after this many failed requests (0: never), so a broken router or
+    instance costs one request timeout, not one per request; "stopped" says so.
     """
     started = time.monotonic()
     url = router_url.rstrip("/") + "/v1/chat/completions"
@@ -101,8 +104,15 @@ def run_sessions(router_url, urls, model, sessions=4, turns=3, prefix_tokens=204
         size = (prefix_tokens_by_session or {}).get(s, prefix_tokens)
         prefixes[s] = make_prefix("%s-s%d" % (seed, s), size)
     requests = []
+    failures = 0
+    stopped = None
     before = read_all(urls, metrics_timeout, validate_certs, ca_path)
-    for session, turn in turn_order(sessions, turns, order, seed if order_seed is None else order_seed):
+    order_list = turn_order(sessions, turns, order, seed if order_seed is None else order_seed)
+    for index, (session, turn) in enumerate(order_list):
+        if stop_after_failures and failures >= stop_after_failures:
+            stopped = "stopped after %d failed request(s); %d of %d not sent" % (failures, len(order_list) - index,
+                                                                               len(order_list))
+            break
         body = build_body(model, prefixes[session], make_suffix(turn, "%s-s%d" % (run_id, session)), max_tokens=max_tokens)
         rnd = run_round(url, body, api_key=api_key, headers=headers, timeout=timeout, deadline=timeout,
                         validate_certs=validate_certs, ca_path=ca_path)
@@ -117,4 +127,5 @@ def run_sessions(router_url, urls, model, sessions=4, turns=3, prefix_tokens=204
         requests.append({"session": session, "turn": turn, "ok": rnd["ok"], "status": rnd["status"], "ttft": rnd["ttft"],
                          "total": rnd["total"], "error": rnd["error"], "usage": rnd["usage"], "deltas": d})
         before = after
-    return {"requests": requests, "elapsed": time.monotonic() - started}
+        failures += 0 if rnd["ok"] else 1
+    return {"requests": requests, "elapsed": time.monotonic() - started, "stopped": stopped}

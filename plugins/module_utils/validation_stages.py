@@ -489,6 +489,8 @@ def eval_routing(stage, raw, causes, settings):
     nums = analyse(probe.get("requests") or [], instances)
     status, reason, found = judge(nums, policy, min_ratio)
     problems = []
+    if probe.get("stopped") and status == FAIL:
+        reason += " (%s)" % probe["stopped"]
     if probe.get("failed") and not probe.get("requests"):
         status = FAIL
         found = ["routing_requests_failed"]

@@ -17,6 +17,7 @@ description:
   - Around every request it reads the vLLM counters of every instance in O(instances) (C(/metrics)), so the per-instance
     deltas of that request show which instance served it and where its prompt tokens came from
     (C(vllm:prompt_tokens_by_source)). Requests are serial so the deltas belong to one request.
+  - Stops after the first failed request (RV(stopped) says so), so a broken router costs one request timeout.
   - Returns the raw requests with their deltas; the judging (ratio of repeat turns on an instance that already held the
     prefix, hit sources) is done by the validation report (stage 8, C(routing)) and the bench.
   - Optionally reads the router's own list of workers from O(workers_path).
@@ -137,6 +138,10 @@ router_workers_error:
   description: Why the workers could not be read, or null.
   returned: always
   type: str
+stopped:
+  description: Why the probe stopped early (after the first failed request the rest are not sent), or null.
+  returned: always
+  type: str
 elapsed:
   description: Seconds the whole probe took.
   returned: always
@@ -180,7 +185,7 @@ def main():
     urls = [str(i.get("url") or "").rstrip("/") for i in p["instances"]]
     if not urls or not all(urls):
         module.fail_json(msg="every instance needs a url")
-    result = dict(changed=False, requests=[], router_workers=None, router_workers_error=None, elapsed=0.0)
+    result = dict(changed=False, requests=[], router_workers=None, router_workers_error=None, elapsed=0.0, stopped=None)
     if module.check_mode:
         result["msg"] = "check mode: no request sent"
         module.exit_json(**result)
@@ -195,7 +200,7 @@ def main():
                        api_key=p["api_key"], headers=p["headers"], timeout=p["timeout"],
                        metrics_timeout=p["metrics_timeout"], settle_retries=p["settle_retries"],
                        validate_certs=p["validate_certs"], ca_path=p["ca_path"])
-    result.update(requests=run["requests"], elapsed=run["elapsed"])
+    result.update(requests=run["requests"], elapsed=run["elapsed"], stopped=run["stopped"])
     module.exit_json(**result)
 
 

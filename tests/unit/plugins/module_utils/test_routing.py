@@ -179,3 +179,30 @@ def test_the_markdown_report_has_a_row_per_session():
     text = render_markdown(report)
     assert "| session | instances used | repeat turns on a holding instance |" in text
     assert "| 0 | lab-node1/cpu0, lab-node2/cpu0 | 2/3 |" in text
+
+
+def test_a_broken_router_costs_one_request(monkeypatch):
+    """run_sessions stops after the first failed request instead of waiting out every timeout."""
+    from ansible_collections.kvcache.offload.plugins.module_utils import routing_session
+    sent = []
+
+    def fake_round(url, body, **_kw):
+        sent.append(url)
+        return {"ok": False, "status": None, "ttft": None, "total": 120.0, "usage": None,
+                "error": {"kind": "timeout", "message": "timed out"}}
+
+    monkeypatch.setattr(routing_session, "run_round", fake_round)
+    monkeypatch.setattr(routing_session, "read_all", lambda urls, *a: dict((u, None) for u in urls))
+    run = routing_session.run_sessions("http://r", [A, B], "m", sessions=4, turns=3, prefix_tokens=16)
+    assert len(sent) == 1 and len(run["requests"]) == 1
+    assert run["stopped"] == "stopped after 1 failed request(s); 15 of 16 not sent"
+    stage, causes = run_stage_with_probe(run)
+    assert stage["status"] == "fail" and "15 of 16 not sent" in stage["reason"]
+    assert "routing_requests_failed" in causes.ids()
+
+
+def run_stage_with_probe(probe):
+    causes = Causes()
+    raw = {"url": "http://r", "router_hosts": ["lab-router"], "policy": "round_robin", "min_ratio": 0.9,
+           "instances": INSTANCES, "backends": None, "probe": probe}
+    return eval_routing(_stage("routing", True), raw, causes, {}), causes
