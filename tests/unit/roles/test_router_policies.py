@@ -132,13 +132,14 @@ def router_checks():
 # --- production-stack: the rendered arguments parse with the router's own parser ---------
 
 PS_CASES = {
-    "roundrobin": {},
+    "default": {},
+    "roundrobin": {"router_routing_logic": "roundrobin"},
     "session": {"router_routing_logic": "session", "router_session_key": "x-user-id"},
     "prefixaware": {"router_routing_logic": "prefixaware", "router_prefix_min_match_length": 256},
     "prefixaware, any match": {"router_routing_logic": "prefixaware"},
     "kvaware": {"router_routing_logic": "kvaware", "router_lmcache_controller_port": 9100,
                 "router_lmcache_controller_reply_port": 9101, "router_kv_aware_threshold": 512},
-    "roundrobin, no health checks": {"router_static_backend_health_checks": False},
+    "roundrobin, no health checks": {"router_routing_logic": "roundrobin", "router_static_backend_health_checks": False},
 }
 
 
@@ -177,7 +178,7 @@ def ps_parse():
 def test_production_stack_parser_takes_every_routing_logic(ps_rendered, ps_parse, name):
     args = ps_parse(ps_rendered[name])
     case = PS_CASES[name]
-    assert args.routing_logic == case.get("router_routing_logic", "roundrobin")
+    assert args.routing_logic == case.get("router_routing_logic", "prefixaware")
     assert args.service_discovery == "static"
     assert args.static_backends == "http://10.0.0.11:8000,http://10.0.0.12:8000"
     assert args.static_models == "llama,llama"
@@ -290,9 +291,9 @@ REFUSALS = {
     "vllm_router cache_aware": ({"router_implementation": "vllm_router", "router_policy": "cache_aware"}, {}, None, []),
     "prefixaware": ({"router_implementation": "production_stack", "router_routing_logic": "prefixaware"}, {}, None, []),
     "vllm-router policy on production_stack": (
-        {"router_implementation": "production_stack", "router_policy": "cache_aware"}, {},
+        {"router_implementation": "production_stack", "router_policy": "consistent_hash"}, {},
         "Fail on a vllm-router policy given to the production-stack router",
-        ["router_policy is 'cache_aware'", "router_routing_logic", "prefixaware"]),
+        ["router_policy is 'consistent_hash'", "router_routing_logic", "session"]),
     "kvaware on vllm_router": (
         {"router_implementation": "vllm_router", "router_routing_logic": "kvaware"}, {},
         "Fail on a production-stack routing logic given to vllm-router",
@@ -449,3 +450,19 @@ def test_lmcache_0_5_6_loads_the_kvaware_node_config(tmp_path, node_configs):
                           capture_output=True, text=True, timeout=300, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "True 10.0.0.5:9000 10.0.0.5:9001 [9400, 9401] gpu-a01"
+
+
+def test_the_defaults_are_the_cache_aware_policies():
+    """Issue #22 item 4: by default both routers keep a session's repeat turns where its prefix
+    is (make bench, docs/benchmarks.md "Routing"), with nothing needed on the nodes; the copies
+    the checks compare against are the defaults."""
+    defaults, internal = load("router", "defaults", "main.yml"), load("router", "vars", "main.yml")
+    assert (defaults["router_policy"], defaults["router_routing_logic"]) == ("cache_aware", "prefixaware")
+    assert (internal["__router_default_policy"], internal["__router_default_logic"]) == (
+        defaults["router_policy"], defaults["router_routing_logic"])
+    specs = load("router", "meta", "argument_specs.yml")["argument_specs"]
+    for entry in specs.values():
+        options = entry.get("options", {})
+        for name in ("router_policy", "router_routing_logic"):
+            if name in options:
+                assert options[name]["default"] == defaults[name], (name, options[name]["default"])
