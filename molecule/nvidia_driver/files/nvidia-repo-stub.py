@@ -1,8 +1,10 @@
-#!/usr/bin/python3
-# Test double for NVIDIA's download server (check_fresh.yml): serves
-# /usr/local/share/kvcache-test/nvidia-repo over HTTPS on 127.0.0.1:443 with a certificate for
-# developer.download.nvidia.com signed by a test CA the host trusts, so that the role's key
-# download (get_url, a HEAD request in check mode) works offline, unchanged.
+"""Test double for NVIDIA's download server (molecule/nvidia_driver, check_fresh.yml).
+
+Serves /usr/local/share/kvcache-test/nvidia-repo over HTTPS on 127.0.0.1:443 with a
+certificate for developer.download.nvidia.com signed by a test CA the host trusts, so that
+the role's key download (get_url, a HEAD request in check mode) works offline, unchanged.
+Usage: python3 nvidia-repo-stub.py
+"""
 import functools
 import http.server
 import ssl
