@@ -25,7 +25,7 @@ if [ "$(ps -o comm= -p 1)" = "systemd" ] && systemctl list-unit-files docker.ser
 else
   echo "==> starting dockerd in the background (log: $log_dir/dockerd.log)"
   # Container traffic stays on local bridges; nothing here reaches a registry.
-  nohup dockerd >"$log_dir/dockerd.log" 2>&1 &
+  nohup dockerd >>"$log_dir/dockerd.log" 2>&1 &
 fi
 
 for _ in $(seq 1 60); do
