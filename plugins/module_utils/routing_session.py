@@ -110,8 +110,8 @@ def run_sessions(router_url, urls, model, sessions=4, turns=3, prefix_tokens=204
     order_list = turn_order(sessions, turns, order, seed if order_seed is None else order_seed)
     for index, (session, turn) in enumerate(order_list):
         if stop_after_failures and failures >= stop_after_failures:
-            stopped = "stopped after %d failed request(s); %d of %d not sent" % (failures, len(order_list) - index,
-                                                                               len(order_list))
+            stopped = "stopped after %d failed request(s); %d of %d not sent" % (
+                failures, len(order_list) - index, len(order_list))
             break
         body = build_body(model, prefixes[session], make_suffix(turn, "%s-s%d" % (run_id, session)), max_tokens=max_tokens)
         rnd = run_round(url, body, api_key=api_key, headers=headers, timeout=timeout, deadline=timeout,

@@ -71,7 +71,8 @@ options:
       - Registered results of the controller's stages by stage id - C(tier_write) and C(local_hit) C({a, before, probe,
         metrics, after, listed_on}), C(cross_instance) C({a, b, cold, hit, metrics}), C(router) C({a, url, router_hosts,
         health, probe, metrics}), C(routing) C({a, url, router_hosts, health, implementation, policy, min_ratio, instances,
-        answering, backends, probe}) (probe - a registered C(kvcache.offload.routing_probe) result). Stage 1 and stage 6 are read from O(nodes) unless given here.
+        answering, backends, probe}) (probe - a registered C(kvcache.offload.routing_probe) result).
+        Stage 1 and stage 6 are read from O(nodes) unless given here.
       - The module decides which stages could not run and why (no instance answered, no second instance, no router host,
         a router that does not answer) and reports the stages not in C(settings.selected_stages) as not selected.
       - A stage given as a dict with C(skipped=true) and a C(reason) is reported skipped; a missing one as not run.

@@ -107,8 +107,8 @@ def test_round_robin_spreads_the_sessions_over_the_instances(lab_report, lab_pol
     assert routing["numbers"]["first_repeat_holding_ratio"] < 0.5
 
 
-def test_a_cache_aware_policy_keeps_repeat_turns_on_the_holding_instance(cache_aware_report, lab_report, router_host,
-                                                                        hostvars):
+def test_a_cache_aware_policy_keeps_repeat_turns_on_the_holding_instance(
+        cache_aware_report, lab_report, router_host, hostvars):
     assert any("--policy cache_aware" in line for line in _exec_start(hostvars, router_host))
     routing = stage(cache_aware_report, "routing")
     assert routing["status"] == "pass", routing
