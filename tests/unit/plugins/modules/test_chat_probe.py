@@ -14,7 +14,9 @@ def args(fake, **kw):
 
 
 def test_three_rounds_same_prefix_ttft_drops(run_module, fake_openai):
-    fake_openai.cold_delay = 0.5  # a wide margin: the machine may be busy
+    # A wide margin: under make test the check's gates and the GPU contract's venv build share
+    # two cores, and a warm round (the double answers at once) measured 0.51 s there.
+    fake_openai.cold_delay = 2.0
     result, failed = run_module(chat_probe, args(fake_openai))
     assert not failed, result.get("msg")
     assert result["changed"] is False
