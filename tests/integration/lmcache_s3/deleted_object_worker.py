@@ -11,7 +11,9 @@ code (StorageManager, its RemoteBackend, S3Connector: what the vLLM connector ru
 3. asks the SAME manager (the instance that stored them) again: contains, the StorageManager's
    contains and batched_contains (what LMCache's lookup calls), get_blocking, twice;
 4. stores the chunks again through the same manager and checks whether the objects are back;
-5. asks a FRESH manager (another instance, or the same one restarted) for the deleted keys.
+5. asks a FRESH manager (another instance, or the same one restarted) for the deleted keys;
+6. stores new chunks, deletes only the FIRST one's object and runs the non-blocking batched get
+   of LMCache's async loading path: which stored chunks come back, in which order.
 
 Prints one JSON line after MARK; exits with os._exit (LMCache 0.5.6's S3Connector.close()
 never returns, see scripts/bench_storage.py).
@@ -80,6 +82,48 @@ def put_all(backend, conn, keys, torch):
         obj.ref_count_down()
 
 
+def async_partial(client, bucket, backend, conn, torch, chunks):
+    """The async loading path with the FIRST chunk's object gone: new keys, stored one by one
+    (so each object's name is known), chunk 0's object deleted, then the non-blocking batched
+    get LMCache's async loading runs. Each returned object is given by the index of the stored
+    chunk its content equals (None: no match)."""
+    import asyncio
+    from lmcache.utils import CacheEngineKey
+    keys = [CacheEngineKey(model_name="kvcache-offload-deleted", world_size=1, worker_id=0,
+                           chunk_hash=int(hashlib.sha256(b"async-%d" % i).hexdigest()[:30], 16), dtype=torch.bfloat16)
+            for i in range(chunks)]
+    names, sums = [], []
+    for index, key in enumerate(keys):
+        before = set(listed(client, bucket))
+        obj = backend.local_cpu_backend.allocate(conn.meta_shapes, conn.meta_dtypes, conn.meta_fmt)
+        gen = torch.Generator().manual_seed(100 + index)
+        obj.tensor.copy_(torch.randn(obj.tensor.shape, generator=gen, dtype=torch.float32).to(obj.tensor.dtype))
+        sums.append(float(obj.tensor.float().sum().item()))
+        backend.submit_put_task(key, obj).result(timeout=60)
+        deadline = time.monotonic() + 60
+        while backend.put_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        obj.ref_count_down()
+        names.append(sorted(set(listed(client, bucket)) - before))
+
+    def contents(objs):
+        found = []
+        for obj in objs:
+            total = float(obj.tensor.float().sum().item())
+            found.append(sums.index(total) if total in sums else None)
+            obj.ref_count_down()
+        return found
+
+    def read():
+        future = asyncio.run_coroutine_threadsafe(backend.batched_get_non_blocking("kvcache-probe", keys), backend.loop)
+        return future.result(timeout=60)
+    out = {"stored": [len(n) for n in names], "distinct": len(set(sums)) == len(sums), "all_present": contents(read())}
+    client.delete_object(Bucket=bucket, Key=names[0][0])
+    out["first_deleted"] = contents(read())
+    out["contains"] = [bool(backend.contains(k)) for k in keys]
+    return out
+
+
 def listed(client, bucket):
     return sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", []))
 
@@ -120,6 +164,7 @@ def main():
             client.delete_object(Bucket=args["bucket"], Key=name)
         fresh, fbackend, fconn = manager(torch)
         out["fresh_instance"] = ask(fresh, fbackend, fconn, keys)
+        out["async_partial"] = async_partial(client, args["bucket"], backend, conn, torch, args["chunks"])
         out["ok"] = True
     except Exception as exc:  # noqa
         import traceback
