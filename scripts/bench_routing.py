@@ -35,14 +35,6 @@ def _libs():
     return routing, routing_session
 
 
-def _env():
-    env = dict(os.environ)
-    env.update(PATH=os.path.join(ROOT, "build", "venv", "bin") + os.pathsep + env.get("PATH", ""),
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_HOME=os.path.join(ROOT, "build", "ansible-home"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, "build", "collections"))
-    return env
-
-
 def _healthy(url, timeout=5):
     try:
         with urllib.request.urlopen(url + "/health", timeout=timeout) as resp:
@@ -64,7 +56,8 @@ def converge_router(policy=None, timeout=600):
     """playbooks/router.yml on the lab, with -e router_policy=<policy> unless None; (rc, seconds, tail)."""
     cmd = ["ansible-playbook", "playbooks/router.yml"] + (["-e", "router_policy=%s" % policy] if policy else [])
     started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout, check=False)
+    # The environment make bench exports (PATH, ANSIBLE_CONFIG/HOME/COLLECTIONS_PATH), as every section uses.
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
     return proc.returncode, time.monotonic() - started, (proc.stdout + proc.stderr)[-2000:]
 
 
