@@ -147,6 +147,8 @@ test-containers:
 
 test-controller:
 	@$(MAKE) --no-print-directory gpu-contract
+	@echo "==> unit tests that need the GPU contract's venv (make check ran before it was built)"
+	@KVCACHE_REQUIRE_LMCACHE=1 python -m pytest -q -p no:cacheprovider tests/unit/roles/test_router_policies.py -k lmcache_0_5_6
 	@KVCACHE_REQUIRE_LMCACHE=1 $(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory fleet
 

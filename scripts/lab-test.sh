@@ -44,6 +44,8 @@ run_tests() {
   # Idempotence: tests/integration/lab/test_runner.py runs site.yml again through
   # ansible-runner (after the fault tests, which restore what they break) and fails on any
   # changed task, naming it; a second `make lab` here would repeat that run.
+  # test_mitogen_rerun.py reruns site.yml under the Mitogen opt-in (docs/mitogen.md).
+  make --no-print-directory mitogen >/dev/null
   echo "==> lab: integration tests"
   python -m pytest tests/integration/lab -p no:cacheprovider -q -o testpaths=tests/integration/lab --durations=0
 
