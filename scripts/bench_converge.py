@@ -815,7 +815,7 @@ def _lab_rerun(args, logs, time_command):
     if getattr(args, "mitogen", False):
         ensure_mitogen()
         # Opt-in (docs/mitogen.md): Mitogen's strategy and the lab's docker connection by its short name.
-        argv[1:1] = ["-i", os.path.join(ROOT, "inventories", "lab", "mitogen.yml")]
+        argv[1:1] = ["-i", os.path.join(ROOT, "inventories", "lab-mitogen.yml")]
     with open(LAB_LOCK, "a") as lock:
         # The lab is shared: hold its lock (the one `flock /tmp/kvcache-lab.lock ...` takes) while
         # the rerun runs; the wait for it is not part of the measured time.

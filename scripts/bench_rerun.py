@@ -9,7 +9,7 @@
 Each variant is LABEL=TREE[:mitogen]: a checkout of this collection (its playbooks and roles;
 the lab's inventory and state always come from this checkout, so every variant converges the
 same lab). `:mitogen` runs it under Mitogen's strategy (build/mitogen, see docs/mitogen.md) with
-inventories/lab/mitogen.yml. A round runs every variant once, in order; rounds alternate the
+inventories/lab-mitogen.yml. A round runs every variant once, in order; rounds alternate the
 variants so that a drift of the machine's speed hits them alike.
 
 Measured per run (scripts/bench_converge.py): wall time, PLAY RECAP, module runs per host
@@ -33,7 +33,7 @@ import bench_converge
 ROOT = bench_converge.ROOT
 MITOGEN_DIR = bench_converge.MITOGEN_DIR
 LAB_INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
-MITOGEN_INVENTORY = os.path.join(ROOT, "inventories", "lab", "mitogen.yml")
+MITOGEN_INVENTORY = os.path.join(ROOT, "inventories", "lab-mitogen.yml")
 
 
 def parse_variant(text):

@@ -65,7 +65,7 @@ def test_site_rerun_under_mitogen_changes_nothing_and_validates(tmp_path, lab_ho
     stack_playbook = tmp_path / "mitogen_stack.yml"
     stack_playbook.write_text(STACK_PLAYBOOK)
     proc = subprocess.run(
-        ["ansible-playbook", "-i", "inventories/lab/hosts.yml", "-i", "inventories/lab/mitogen.yml",
+        ["ansible-playbook", "-i", "inventories/lab/hosts.yml", "-i", "inventories/lab-mitogen.yml",
          "playbooks/site.yml", str(stack_playbook),
          "-e", "validation_report_dir=%s" % report_dir],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=RERUN_TIMEOUT, check=False)

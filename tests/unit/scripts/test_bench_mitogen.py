@@ -90,7 +90,7 @@ def test_without_the_opt_in_there_is_no_mitogen(tmp_path):
 
 
 def test_the_lab_variant_inventory_keeps_the_addresses():
-    with open(os.path.join(ROOT, "inventories", "lab", "mitogen.yml"), encoding="utf-8") as handle:
+    with open(os.path.join(ROOT, "inventories", "lab-mitogen.yml"), encoding="utf-8") as handle:
         variant = yaml.safe_load(handle)
     with open(os.path.join(ROOT, "inventories", "lab", "hosts.yml"), encoding="utf-8") as handle:
         lab = yaml.safe_load(handle)
@@ -103,6 +103,22 @@ def test_the_lab_variant_inventory_keeps_the_addresses():
         # Mitogen's docker connection by its short name, to the container the lab names; never
         # a changed ansible_host (the host's network address the roles use)
         assert settings == {"ansible_connection": "docker", "ansible_ssh_host": lab_hosts[name]["ansible_docker_host"]}
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason="needs the tool venv (make venv)")
+def test_the_lab_inventory_directory_does_not_carry_the_opt_in():
+    """The runner example, the EE job and portals pass the inventory DIRECTORY (inventories/lab),
+    and Ansible parses every file in it: the Mitogen variant inside it put every run of the lab
+    on its host variables (connection `docker`, ansible_ssh_host), opted in or not."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    env.pop("ANSIBLE_INVENTORY", None)
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-inventory"), "-i",
+                           os.path.join(ROOT, "inventories", "lab"), "--host", "lab-node1"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    host = yaml.safe_load(proc.stdout)
+    assert host["ansible_connection"] == "community.docker.docker", host["ansible_connection"]
+    assert "ansible_ssh_host" not in host
 
 
 def test_bench_rerun_variants():
