@@ -96,7 +96,7 @@ def section_lab(args, out_dir, record):
     run_id = "b" + secrets.token_hex(3)
     deadline = time.monotonic() + args.lab_max_seconds
     section = {"skipped": False, "model": model, "nodes": urls, "rounds": args.rounds, "sizes": args.sizes,
-               "connector": "lab: vLLM ExampleConnector on the shared volume (LMCache's vLLM connector does not run on CPU)",
+               "connector": "lab: LMCache multiprocess mode (one lmcache server per node, the shared volume as its L2)",
                "results": [], "notes": []}
 
     def ask(url, text, tag):

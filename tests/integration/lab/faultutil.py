@@ -77,7 +77,7 @@ def cause(report, cause_id):
 
 S3_STORE_CONFIG = "/etc/kvcache-s3-store/identities.json"
 S3_STORE_UNIT = "kvcache-s3-store.service"
-S3_PROBE_CONFIG = "/etc/kvcache/lmcache-config-s3-probe.yaml"
+S3_PROBE_SERVER_ENV = "/etc/kvcache/lmcache-server-s3-probe.env"
 S3_PROBE_PLAYBOOK = os.path.join(ROOT, "tests", "integration", "lab", "playbooks", "s3_probe_config.yml")
 
 
@@ -103,7 +103,7 @@ def lmcache_store_probe(host, probe_id, result_file, timeout=120):
 def s3_vars(hostvars, s3_host):
     """Extra vars that point validate.yml's tier listing and stage 6 at the lab bucket."""
     return ["-e", "validation_tier=s3",
-            "-e", "validation_lmcache_config_file=%s" % S3_PROBE_CONFIG,
+            "-e", "validation_lmcache_server_env_file=%s" % S3_PROBE_SERVER_ENV,
             # the controller is not in the lab's /etc/hosts: list the bucket by address
             "-e", "validation_s3_endpoint=http://%s:8333" % hostvars[s3_host]["ansible_host"],
             # the engines write to the fs tier; the run is about the S3 path (listing + stage 6)

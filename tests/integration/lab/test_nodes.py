@@ -20,6 +20,8 @@ def test_units_and_files(instances):
         assert "VLLM_API_KEY" not in unit
         assert "Restart=always" in unit
         assert "RequiresMountsFor=/mnt/kvcache" in unit
+        # LMCache's multiprocess server holds the engines' KV registration: they restart with it
+        assert "PartOf=kvcache-lmcache.service" in unit and "Requires=kvcache-lmcache.service" in unit
         modes = docker_exec(container, "stat", "-c", "%a %U %G %n",
                             "%s/api-key.env" % CONF_DIR, "%s/%s.env" % (CONF_DIR, inst["name"])).stdout.split("\n")
         assert modes[0].startswith("600 root root"), "%s: %s" % (host, modes[0])
@@ -65,6 +67,12 @@ def test_api_key_stays_secret(instances, api_key):
             assert api_key not in out, "%s: the API key shows in `%s`" % (host, " ".join(argv))
 
 
+def _tier_chunks(container, path="/mnt/kvcache"):
+    """How many LMCache chunk files (*.data) the shared tier holds."""
+    out = docker_exec(container, "find", path, "-maxdepth", "1", "-name", "*.data", "-type", "f").stdout
+    return len(out.split())
+
+
 def test_kv_from_instance_a_is_a_hit_on_instance_b(instances, api_key, hostvars):
     """A long prompt on A writes KV to the shared tier; the same prompt on B loads it."""
     url_a, url_b = instances[0][3], instances[1][3]
@@ -74,8 +82,15 @@ def test_kv_from_instance_a_is_a_hit_on_instance_b(instances, api_key, hostvars)
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 2}
     source = "vllm:prompt_tokens_by_source_total"
     before = metric(url_b, source, {"source": "external_kv_transfer"})
+    container_a = instances[0][1]
+    chunks_before = _tier_chunks(container_a)
     status, text = http(url_a + "/v1/chat/completions", body, key=api_key, timeout=120)
     assert status == 200, text[:300]
+    # LMCache's server writes to its L2 (the shared tier) after the request: wait for it.
+    deadline = time.monotonic() + 60
+    while _tier_chunks(container_a) <= chunks_before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _tier_chunks(container_a) > chunks_before, "instance A's KV did not reach the shared tier in 60 s"
     status, text = http(url_b + "/v1/chat/completions", body, key=api_key, timeout=120)
     assert status == 200, text[:300]
     after = metric(url_b, source, {"source": "external_kv_transfer"})

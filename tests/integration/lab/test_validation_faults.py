@@ -26,7 +26,7 @@ prefill chunk, so the runs use validation_prefix_tokens=640 (see docs/roles/vali
 
 import pytest
 
-from faultutil import (ENV_DIR, S3_PROBE_CONFIG, S3_STORE_CONFIG, S3_STORE_UNIT, cause, lab_s3_keys,
+from faultutil import (ENV_DIR, S3_PROBE_SERVER_ENV, S3_STORE_CONFIG, S3_STORE_UNIT, cause, lab_s3_keys,
                        run_validate, s3_probe_config, s3_vars, stage, wait_healthy, wait_s3)
 from labutil import container_name, docker_exec, group_hosts
 
@@ -152,7 +152,7 @@ def test_s3_key_revoked_fails_the_s3_stages_with_403(tmp_path, inventory, hostva
         s3_probe_config("absent")
     assert wait_s3(hostvars, s3_host, keys, "ok") == "ok", "the S3 store did not accept the lab key again"
     for host in group_hosts(inventory, "kvcache_nodes"):
-        left = docker_exec(container_name(hostvars, host), "ls", S3_PROBE_CONFIG, check=False)
+        left = docker_exec(container_name(hostvars, host), "ls", S3_PROBE_SERVER_ENV, check=False)
         assert left.returncode != 0, "the S3 probe config was not removed from %s" % host
     assert report is not None, out
     assert rc != 0, "the play must fail when the S3 key is refused"

@@ -1,0 +1,51 @@
+"""The lab on the S3 tier: LMCache's multiprocess servers with SeaweedFS (the lab's stand-in
+for StorageGRID's S3 data path) as their L2, validated end to end.
+
+The lab converges on the fs tier. This test converges the nodes stage again with
+kvcache_tier=s3 (the lmcache role writes the S3 L2 adapter and the root-only credentials,
+restarts the servers; the engines get the credentials file and restart), runs validate.yml
+against the bucket (every stage must pass: the tier listing is the bucket's, instance B loads
+from the bucket what A computed, stage 6 stores and loads through LMCache's S3 L2 adapter),
+then converges the fs tier back and waits until every instance answers again.
+"""
+import subprocess
+
+from faultutil import HEALTH_TIMEOUT, ansible_env, run_validate, stage, wait_healthy
+from labutil import ROOT, group_hosts
+
+CONVERGE_TIMEOUT = 1500
+
+
+def _nodes_stage(tier):
+    return subprocess.run(
+        ["ansible-playbook", "playbooks/nodes.yml", "-e", "kvcache_tier=%s" % tier],
+        cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=CONVERGE_TIMEOUT, check=False)
+
+
+def test_the_lab_serves_and_validates_on_the_s3_tier(tmp_path, inventory, hostvars, instances):
+    urls = [url for (_host, _container, _inst, url) in instances]
+    s3_host = group_hosts(inventory, "kvcache_s3_store")[0]
+    bucket = hostvars[s3_host].get("kvcache_s3_bucket") or hostvars[instances[0][0]]["kvcache_s3_bucket"]
+    try:
+        to_s3 = _nodes_stage("s3")
+        assert to_s3.returncode == 0, to_s3.stdout[-4000:] + to_s3.stderr[-2000:]
+        assert wait_healthy(urls), "an instance did not answer after the switch to the s3 tier"
+        rc, report, out = run_validate(str(tmp_path), extra=[
+            "-e", "kvcache_tier=s3",
+            # the controller is not in the lab's /etc/hosts: it lists the bucket by address
+            "-e", "validation_s3_endpoint=http://%s:8333" % hostvars[s3_host]["ansible_host"]])
+    finally:
+        back = _nodes_stage("fs")
+        restored = wait_healthy(urls, timeout=HEALTH_TIMEOUT)
+    assert back.returncode == 0, back.stdout[-4000:]
+    assert restored, "an instance did not answer after the switch back to the fs tier"
+    assert report is not None, out
+    assert rc == 0 and report["result"] == "pass", [(s["id"], s["status"], s["reason"]) for s in report["stages"]]
+    assert [s["status"] for s in report["stages"]] == ["pass"] * 6
+    write = stage(report, "tier_write")
+    assert write["details"]["listed_on"] == "controller" and bucket in str(write["details"]["tier"]), write["details"]
+    assert write["numbers"]["objects_added"] > 0
+    assert stage(report, "cross_instance")["numbers"]["external_kv_tokens"] > 0
+    rows = stage(report, "lmcache_probe")["details"]["results"]
+    assert {r["connector"] for r in rows} == {"S3L2Adapter"}, rows
+    assert all(n["lmcache"]["remote_storage_plugins"] == ["s3"] for n in report["fleet"]["nodes"]), report["fleet"]["nodes"]
