@@ -399,6 +399,7 @@ def eval_cross_instance(stage, raw, causes, settings):
     }
     stage["details"] = {"written_by": _label(a), "read_by": who_b, "cold_probe": cold_n, "hit_probe": hit_n}
     problems = []
+    lmcache_note = _lmcache_server_loads(stage, raw, causes, a, b, problems)
     for label, res in (("cold", cold), ("hit", hit)):
         if not probe_ok(res):
             causes_from_probe(causes, res, who_b)
@@ -427,9 +428,37 @@ def eval_cross_instance(stage, raw, causes, settings):
         stage["reason"] = "; ".join(problems)
     else:
         stage["status"] = PASS
-        stage["reason"] = "%s loaded %s prompt tokens from the shared tier that %s computed; TTFT %s s cold -> %s s" % (
-            who_b, external, _label(a), ttft_cold, ttft_hit)
+        stage["reason"] = "%s loaded %s prompt tokens from the shared tier that %s computed; TTFT %s s cold -> %s s%s" % (
+            who_b, external, _label(a), ttft_cold, ttft_hit, lmcache_note)
     return stage
+
+
+def _lmcache_server_loads(stage, raw, causes, a, b, problems):
+    """Multiprocess mode: what LMCache's own server on B's node counted for the prompt A computed.
+
+    The role reads the server's /metrics (loopback only) on B's node before and after the hit
+    probe (raw["lmcache_metrics"], raw["lmcache_url"]). When A and B are on different nodes,
+    B's server never held those chunks in its L1: the load must show in its L2 hit counter.
+    Adds numbers, appends to problems, returns a note for the pass reason.
+    """
+    res = raw.get("lmcache_metrics")
+    if not isinstance(res, dict) or res.get("skipped"):
+        return ""
+    host_b = b.get("host")
+    summary, err = metrics_delta(res, raw.get("lmcache_url", ""))
+    if err:
+        causes.add("metrics_unavailable", "LMCache server on %s: %s" % (host_b, err), hosts=[host_b])
+        problems.append("the LMCache server's counters on %s: %s" % (host_b, err))
+        return ""
+    l2 = _intish(summary.get("lmcache_mp_lookup_hit_l2_tokens"))
+    l1 = _intish(summary.get("lmcache_mp_lookup_hit_l1_tokens"))
+    stage["numbers"].update({"lmcache_hit_tokens": _intish(summary.get("lmcache_mp_lookup_hit_tokens")),
+                             "lmcache_l1_hit_tokens": l1, "lmcache_l2_hit_tokens": l2})
+    cross_node = bool(host_b) and host_b != a.get("host")
+    if cross_node and not l2:
+        problems.append("the LMCache server on %s found %s tokens of the prompt %s computed in its L2 (the shared tier; "
+                        "%s in its own L1): the load did not come from the tier" % (host_b, l2 or 0, _label(a), l1 or 0))
+    return "; LMCache's server on %s: %s from its L2, %s from its L1" % (host_b, l2 or 0, l1 or 0)
 
 
 def eval_router(stage, raw, causes, settings):

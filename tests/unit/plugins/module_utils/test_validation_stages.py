@@ -152,3 +152,48 @@ def test_unwritable_tier_fails_stage_2_even_when_objects_appeared():
     s2 = stage(report, "tier_write")
     assert s2["status"] == "fail" and "tier_not_writable" in s2["causes"]
     assert "measured: 4 objects added" in s2["reason"]
+
+
+# Multiprocess mode: stage 4 also reads the counters of B's node's LMCache server (its /metrics
+# on loopback, read on that node), so the report shows LMCache loaded the chunks from its L2.
+LMCACHE_B = "http://127.0.0.1:8080"
+
+
+def _mp_inputs(l2_tokens, l1_tokens=0.0):
+    inputs = good_inputs()
+    inputs["expected"]["lmcache_mode"] = "multiprocess"
+    inputs["stages"]["cross_instance"]["lmcache_url"] = LMCACHE_B
+    inputs["stages"]["cross_instance"]["lmcache_metrics"] = metrics(
+        {LMCACHE_B: {"lmcache_mp_lookup_hit_tokens": l2_tokens + l1_tokens, "lmcache_mp_lookup_hit_l1_tokens": l1_tokens,
+                     "lmcache_mp_lookup_hit_l2_tokens": l2_tokens, "lmcache_mp_lookup_requested_tokens": 2300.0}})
+    return inputs
+
+
+def test_multiprocess_cross_node_load_shows_in_lmcache_l2_counters():
+    report = build(_mp_inputs(2304.0))
+    s4 = stage(report, "cross_instance")
+    assert s4["status"] == "pass", s4
+    assert s4["numbers"]["lmcache_l2_hit_tokens"] == 2304
+    assert s4["numbers"]["lmcache_l1_hit_tokens"] == 0
+    assert "2304 from its L2" in s4["reason"]
+
+
+def test_multiprocess_cross_node_without_lmcache_l2_hits_fails_stage_4():
+    # vLLM counted external tokens, LMCache's server on B's node found nothing in its L2:
+    # the tokens did not come from the shared tier.
+    report = build(_mp_inputs(0.0, l1_tokens=2304.0))
+    s4 = stage(report, "cross_instance")
+    assert s4["status"] == "fail", s4
+    assert "L2" in s4["reason"] and "lab-node2" in s4["reason"]
+
+
+def test_multiprocess_lmcache_counters_unreadable_fail_stage_4_with_the_cause():
+    inputs = _mp_inputs(2304.0)
+    inputs["stages"]["cross_instance"]["lmcache_metrics"] = {
+        "urls": [LMCACHE_B + "/metrics"],
+        "snapshots": {LMCACHE_B + "/metrics": {"ok": False, "error": {"kind": "connection", "message": "refused"}}}}
+    report = build(inputs)
+    s4 = stage(report, "cross_instance")
+    assert s4["status"] == "fail"
+    assert "metrics_unavailable" in s4["causes"]
+    assert "LMCache server" in s4["reason"]
