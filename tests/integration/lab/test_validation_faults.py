@@ -6,13 +6,14 @@ that the report fails the right stage with the right cause, and restores the lab
 /health again. Every step is bounded in time.
 
 - shared tier unwritable for the engines' service user: the volume behind the nodes'
-  /mnt/kvcache gets mode 0550 (the lab's ExampleConnector then crashes the engines
-  on their first save, so stage 1 fails too; systemd restarts them after the restore) (a container cannot remount its volume read-only
+  /mnt/kvcache gets mode 0550 (LMCache's servers fail their stores softly and the engines
+  serve on, so stage 2 fails: the tier does not grow) (a container cannot remount its volume read-only
   without privileges; chmod makes it unwritable for the service user, which is
   what a read-only export or a wrong export owner does to vLLM and LMCache);
 - one instance with a different PYTHONHASHSEED: its env file (what systemd starts it with,
   and what the validation reads) is edited on the node and restored byte for byte (cp -p)
-  afterwards; the instance is not restarted (the lab's connector does not hash with it);
+  afterwards; the instance is not restarted (the cause is read from the file: a restart
+  would cost two engine starts on 2 cores and change nothing the cause analysis reads);
 - S3 key revoked: the lab's engines use the fs tier, so the run is about the S3 path of the
   validation: every node gets an S3-tier LMCache config from the lmcache role
   (playbooks/s3_probe_config.yml), a control run must pass stage 6 through the lab's
@@ -20,8 +21,8 @@ that the report fails the right stage with the right cause, and restores the lab
   fail stage 6 and the tier listing with cause s3_auth (403); identities, store and node
   files are restored afterwards.
 
-The lab's ExampleConnector crashes the loading instance for prompts longer than one
-prefill chunk, so the runs use validation_prefix_tokens=640 (see docs/roles/validation.md).
+The runs use validation_prefix_tokens=640 as the lab inventory does (CPU prefill of the tiny
+model in a few hundred milliseconds; two complete LMCache chunks of 256 tokens).
 """
 
 import pytest
@@ -64,9 +65,9 @@ def test_unwritable_tier_fails_stage_2_with_the_cause(tmp_path, hostvars, node_h
     assert docker_exec(container, "stat", "-c", "%a", path).stdout.strip() == original
     assert report is not None, out
     assert rc != 0, "the play must fail when a required stage fails"
-    # With LMCache a failed write costs hits (stage 2 fails); the lab's ExampleConnector
-    # crashes the engine on a failed save, so there stage 1 fails (engine_failed). Either
-    # way the failing stage names the unwritable tier, and LMCache's own probe fails on it.
+    # With LMCache a failed write costs hits (stage 2 fails; a connector that crashes the
+    # engine on a failed save fails stage 1 instead, engine_failed). Either way the failing
+    # stage names the unwritable tier, and LMCache's own probe fails on it.
     failing = dict((s["id"], s) for s in report["stages"] if s["status"] == "fail")
     assert {"instances", "tier_write"} & set(failing), report["stages"]
     for sid in {"instances", "tier_write"} & set(failing):
@@ -90,9 +91,8 @@ def test_different_hash_seed_fails_stage_4_and_names_the_node(tmp_path, hostvars
     docker_exec(container, "cp", "-p", env_file, backup)
     try:
         # The env file is what systemd starts the instance with, and what the validation reads
-        # (the seed is a configuration cause). The instance is not restarted: the lab's
-        # ExampleConnector does not hash with the seed, so a restart would change nothing the
-        # run measures, and it costs two engine starts on 2 cores.
+        # (the seed is a configuration cause). The instance is not restarted: the cause is
+        # read from the file, and a restart costs two engine starts on 2 cores.
         docker_exec(container, "sed", "-i", "s/^PYTHONHASHSEED=.*/PYTHONHASHSEED=%s/" % odd, env_file)
         # stage 5 (the router) would fail the same way: not selected, to keep the run short
         rc, report, out = run_validate(str(tmp_path), extra=[
