@@ -128,8 +128,8 @@ def test_an_lmcache_variable_in_the_engine_environment_lmcache_misreads_is_refus
 def test_async_loading_on_the_in_process_s3_tier_is_refused(preflight):
     # LMCache 0.5.6 pairs keys with the chunks its S3 connector could load, by position: a missing
     # object shifts the next chunk's KV into its place (docs/notes/lmcache-0.5.6-deleted-objects.md).
-    # (vllm_kv_connector lmcache: the lab's ExampleConnector has no s3 tier, refused on its own)
-    text = assert_refused(preflight({"kvcache_tier": "s3", "vllm_kv_connector": "lmcache",
+    # (in-process mode: the lab runs multiprocess mode, whose S3 L2 adapter is other code)
+    text = assert_refused(preflight({"kvcache_tier": "s3", "kvcache_lmcache_mode": "inprocess",
                                      "lmcache_extra_config": {"enable_async_loading": True}}),
                           "async loading is on", "kvcache_tier s3", "Fix: remove enable_async_loading")
     assert "Host lab-node1" in text and "Host lab-node2" in text
