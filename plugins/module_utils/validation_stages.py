@@ -316,11 +316,12 @@ def eval_tier_write(stage, raw, causes):
     stage["details"] = {"instance": who, "tier": raw.get("location") or after.get("location") or before.get("location"),
                         "listed_on": listed_on, "probe": nums,
                         "models": after.get("models"), "unrecognized_objects": (after.get("unrecognized") or {}).get("objects")}
+    lmcache_note = _lmcache_server_stores(stage, raw, causes, problems)
     blocking = causes.blocking(stage["id"])
-    if ok_probe and listing_ok and delta_objects > 0 and delta_bytes > 0 and not blocking:
+    if ok_probe and listing_ok and delta_objects > 0 and delta_bytes > 0 and not blocking and not problems:
         stage["status"] = PASS
-        stage["reason"] = "%d objects, %d bytes added to %s by one long prompt on %s" % (
-            delta_objects, delta_bytes, stage["details"]["tier"], who)
+        stage["reason"] = "%d objects, %d bytes added to %s by one long prompt on %s%s" % (
+            delta_objects, delta_bytes, stage["details"]["tier"], who, lmcache_note)
     else:
         stage["status"] = FAIL
         if listing_ok and ok_probe and not (delta_objects > 0 and delta_bytes > 0):
@@ -331,6 +332,30 @@ def eval_tier_write(stage, raw, causes):
                 problems.append("(measured: %d objects added while the check ran)" % delta_objects)
         stage["reason"] = "; ".join(problems)
     return stage
+
+
+def _lmcache_server_stores(stage, raw, causes, problems):
+    """Multiprocess mode: what the LMCache server on A's node stored in its L2 for the probe.
+
+    The role reads the server's /metrics on A's node before the probe and after the tier
+    listing saw the new objects (raw["lmcache_metrics"], raw["lmcache_url"]). Adds the number,
+    appends to problems, returns a note for the pass reason.
+    """
+    res = raw.get("lmcache_metrics")
+    if not isinstance(res, dict) or res.get("skipped"):
+        return ""
+    host_a = (raw.get("a") or {}).get("host")
+    summary, err = metrics_delta(res, raw.get("lmcache_url", ""))
+    if err:
+        causes.add("metrics_unavailable", "LMCache server on %s: %s" % (host_a, err), hosts=[host_a])
+        problems.append("the LMCache server's counters on %s: %s" % (host_a, err))
+        return ""
+    stored = _intish(summary.get("lmcache_mp_l2_store_completed_objects"))
+    stage["numbers"]["lmcache_l2_stored_chunks"] = stored
+    if not stored:
+        problems.append("the LMCache server on %s stored %s chunks in its L2 (the shared tier) for the probe"
+                        % (host_a, stored or 0))
+    return "; LMCache's server on %s stored %s chunks in its L2" % (host_a, stored or 0)
 
 
 def eval_local_hit(stage, raw, causes, settings):

@@ -197,3 +197,29 @@ def test_multiprocess_lmcache_counters_unreadable_fail_stage_4_with_the_cause():
     assert s4["status"] == "fail"
     assert "metrics_unavailable" in s4["causes"]
     assert "LMCache server" in s4["reason"]
+
+
+LMCACHE_A = "http://127.0.0.1:8080"
+
+
+def _mp_tier_inputs(stored_chunks):
+    inputs = good_inputs()
+    inputs["expected"]["lmcache_mode"] = "multiprocess"
+    inputs["stages"]["tier_write"]["lmcache_url"] = LMCACHE_A
+    inputs["stages"]["tier_write"]["lmcache_metrics"] = metrics(
+        {LMCACHE_A: {"lmcache_mp_l2_store_completed_objects": stored_chunks}})
+    return inputs
+
+
+def test_multiprocess_tier_write_shows_lmcache_l2_stores():
+    s2 = stage(build(_mp_tier_inputs(6.0)), "tier_write")
+    assert s2["status"] == "pass", s2
+    assert s2["numbers"]["lmcache_l2_stored_chunks"] == 6
+    assert "LMCache's server on lab-node1 stored 6 chunks in its L2" in s2["reason"]
+
+
+def test_multiprocess_tier_grew_without_lmcache_stores_fails_stage_2():
+    # the listing grew (someone else wrote), LMCache's server on A stored nothing
+    s2 = stage(build(_mp_tier_inputs(0.0)), "tier_write")
+    assert s2["status"] == "fail", s2
+    assert "stored 0 chunks in its L2" in s2["reason"] and "lab-node1" in s2["reason"]
