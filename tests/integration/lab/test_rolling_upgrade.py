@@ -20,6 +20,7 @@ from labutil import ROOT, docker_exec, http
 from loadloop import RequestLoop
 
 PLAYBOOK_TIMEOUT = 1500
+LOOP_PAUSE = 2.5
 
 
 def upgrade(*extra):
@@ -63,7 +64,10 @@ def test_rolling_model_upgrade_loses_no_request(instances, hostvars, router_url,
     assert all(served_root(url, api_key) == model for url in urls)
     pids = main_pids(instances)
     # One stream with a pause between requests: steady traffic, and CPU left for the upgrade.
-    loop = RequestLoop(router_url, api_key, served, streams=1, pause=0.5).start()
+    # The pause is longer than the 1 s a vLLM worker spins (sched_yield) after each step
+    # before it sleeps (vllm shm_broadcast SpinCondition): at 0.5 s the serving node's worker
+    # held a core at 100% and the other node's engine took 6 min instead of 40 s to start.
+    loop = RequestLoop(router_url, api_key, served, streams=1, pause=LOOP_PAUSE).start()
     try:
         assert loop.wait_ok(3, timeout=120), loop.summary()
         change = ("kvcache_model=%s" % new_model, "kvcache_served_model_name=%s" % served)
