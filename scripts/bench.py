@@ -13,8 +13,9 @@ storage   KV-chunk-sized PUT/GET at 1 and 8 streams, on two tiers, each through 
           fs tier (a local directory):   LMCache FSConnector  vs plain file I/O
           s3 tier (SeaweedFS, 127.0.0.1): LMCache S3Connector  vs plain boto3
           The chunk size comes from the kv_sizing filter and a model config.
-lab       TTFT cold / same-instance hit / cross-instance hit via the shared tier for prompts of
-          512-4096 tokens, medians of N rounds, on the running lab (skipped when it is down).
+lab       TTFT cold / same-instance hit / cross-instance hit through LMCache's servers for prompts
+          of 512-8192 tokens, medians of N rounds, on the fs and the s3 tier of the running lab
+          (skipped when it is down; the s3 tier is converged for it and the lab's tier restored).
 predict   measured tier bandwidth + the prefill table (docs/benchmarks/gpu_prefill_rates.yml)
           -> does loading from each tier beat recomputing, for named models and contexts.
 routing   router policies compared on the lab (default round_robin, cache_aware): the router alone
@@ -101,7 +102,10 @@ def parse_args(argv=None):
     parser.add_argument("--weed", default=os.environ.get("KVCACHE_BENCH_WEED"))
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--sizes", default=None, help="lab prompt sizes in tokens")
-    parser.add_argument("--lab-max-seconds", type=float, default=None)
+    parser.add_argument("--lab-max-seconds", type=float, default=None, help="time limit of the lab section per tier")
+    parser.add_argument("--lab-tiers", default=None,
+                        help="comma list of fs, s3: the tiers the lab section measures (default fs,s3; --smoke: fs); "
+                             "a tier the lab does not run is converged for the bench, and the lab's own restored")
     parser.add_argument("--contexts", default="4096,32768,131072")
     parser.add_argument("--mfu", type=float, default=None)
     parser.add_argument("--tier", action="append", default=[], metavar="NAME=GBPS",
@@ -127,7 +131,10 @@ def parse_args(argv=None):
     args.max_seconds = args.max_seconds or (10.0 if smoke else 30.0)
     args.rounds = args.rounds or (2 if smoke else 5)
     args.worker_timeout = args.worker_timeout or (150.0 if smoke else 600.0)
-    args.sizes = [int(s) for s in (args.sizes or ("512,1024" if smoke else "512,1024,2048,4096")).split(",")]
+    args.sizes = [int(s) for s in (args.sizes or ("512,1024" if smoke else "512,1024,2048,4096,8192")).split(",")]
+    args.lab_tiers = [t.strip() for t in (args.lab_tiers or ("fs" if smoke else "fs,s3")).split(",") if t.strip()]
+    if set(args.lab_tiers) - {"fs", "s3"}:
+        parser.error("--lab-tiers takes fs and s3")
     args.lab_max_seconds = args.lab_max_seconds or (60.0 if smoke else 600.0)
     args.streams = [int(s) for s in args.streams.split(",")]
     args.contexts = [int(c) for c in args.contexts.split(",")]

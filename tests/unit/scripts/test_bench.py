@@ -18,7 +18,10 @@ def test_smoke_defaults_are_small():
     args = bench.parse_args(["--smoke"])
     assert args.model == "tiny-qwen2" and args.objects <= 16 and args.rounds >= 2
     args = bench.parse_args([])
-    assert args.model == "Llama-3.1-8B" and args.rounds >= 5 and args.sizes == [512, 1024, 2048, 4096]
+    assert args.model == "Llama-3.1-8B" and args.rounds >= 5 and args.sizes == [512, 1024, 2048, 4096, 8192]
+    assert args.lab_tiers == ["fs", "s3"] and bench.parse_args(["--smoke"]).lab_tiers == ["fs"]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--lab-tiers", "fs,nfs"])
     with pytest.raises(SystemExit):
         bench.parse_args(["--streams", "1,100"])
 
