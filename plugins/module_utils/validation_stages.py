@@ -334,6 +334,21 @@ def eval_tier_write(stage, raw, causes):
     return stage
 
 
+def _lmcache_server_summary(raw, causes, problems, host):
+    """The counter deltas of the LMCache server on `host` (raw["lmcache_metrics"], read on that
+    node by the role before and after the probe), or None: not read (in-process mode), or
+    unreadable (cause metrics_unavailable and a problem added)."""
+    res = raw.get("lmcache_metrics")
+    if not isinstance(res, dict) or res.get("skipped"):
+        return None
+    summary, err = metrics_delta(res, raw.get("lmcache_url", ""))
+    if err:
+        causes.add("metrics_unavailable", "LMCache server on %s: %s" % (host, err), hosts=[host])
+        problems.append("the LMCache server's counters on %s: %s" % (host, err))
+        return None
+    return summary
+
+
 def _lmcache_server_stores(stage, raw, causes, problems):
     """Multiprocess mode: what the LMCache server on A's node stored in its L2 for the probe.
 
@@ -341,14 +356,9 @@ def _lmcache_server_stores(stage, raw, causes, problems):
     listing saw the new objects (raw["lmcache_metrics"], raw["lmcache_url"]). Adds the number,
     appends to problems, returns a note for the pass reason.
     """
-    res = raw.get("lmcache_metrics")
-    if not isinstance(res, dict) or res.get("skipped"):
-        return ""
     host_a = (raw.get("a") or {}).get("host")
-    summary, err = metrics_delta(res, raw.get("lmcache_url", ""))
-    if err:
-        causes.add("metrics_unavailable", "LMCache server on %s: %s" % (host_a, err), hosts=[host_a])
-        problems.append("the LMCache server's counters on %s: %s" % (host_a, err))
+    summary = _lmcache_server_summary(raw, causes, problems, host_a)
+    if summary is None:
         return ""
     stored = _intish(summary.get("lmcache_mp_l2_store_completed_objects"))
     stage["numbers"]["lmcache_l2_stored_chunks"] = stored
@@ -466,14 +476,9 @@ def _lmcache_server_loads(stage, raw, causes, a, b, problems):
     B's server never held those chunks in its L1: the load must show in its L2 hit counter.
     Adds numbers, appends to problems, returns a note for the pass reason.
     """
-    res = raw.get("lmcache_metrics")
-    if not isinstance(res, dict) or res.get("skipped"):
-        return ""
     host_b = b.get("host")
-    summary, err = metrics_delta(res, raw.get("lmcache_url", ""))
-    if err:
-        causes.add("metrics_unavailable", "LMCache server on %s: %s" % (host_b, err), hosts=[host_b])
-        problems.append("the LMCache server's counters on %s: %s" % (host_b, err))
+    summary = _lmcache_server_summary(raw, causes, problems, host_b)
+    if summary is None:
         return ""
     l2 = _intish(summary.get("lmcache_mp_lookup_hit_l2_tokens"))
     l1 = _intish(summary.get("lmcache_mp_lookup_hit_l1_tokens"))
