@@ -395,6 +395,7 @@ def eval_local_hit(stage, raw, causes, settings):
     hit_tokens = hits["local_cache_hit_tokens"] or hits["prefix_cache_hits"] or 0
     if not problems and hit_tokens < settings.get("min_local_hit_tokens", 1):
         problems.append("no prefix-cache hit on %s (hit tokens %s)" % (who, hit_tokens))
+    lmcache_note = _lmcache_server_lookups(stage, raw, causes, problems)
     speedup = _num(summ.get("speedup"))
     if speedup is not None and speedup <= 1.0:
         causes.add("ttft_not_lower", "%s: TTFT %.4fs cold vs %.4fs on hits" % (who, summ.get("ttft_first"), summ.get("ttft_rest_median")),
@@ -406,9 +407,33 @@ def eval_local_hit(stage, raw, causes, settings):
         stage["reason"] = "; ".join(problems)
     else:
         stage["status"] = PASS
-        stage["reason"] = "%s hit %s cached prompt tokens on rounds 2..%s; TTFT %s s -> %s s" % (
-            who, hit_tokens, nums.get("rounds"), stage["numbers"]["ttft_first_s"], stage["numbers"]["ttft_hit_median_s"])
+        stage["reason"] = "%s hit %s cached prompt tokens on rounds 2..%s; TTFT %s s -> %s s%s" % (
+            who, hit_tokens, nums.get("rounds"), stage["numbers"]["ttft_first_s"], stage["numbers"]["ttft_hit_median_s"],
+            lmcache_note)
     return stage
+
+
+def _lmcache_server_lookups(stage, raw, causes, problems):
+    """Multiprocess mode: what the LMCache server on A's node found when A's repeats asked it.
+
+    vLLM asks the node's server for every new request, also when its own prefix cache holds
+    the prompt (LMCacheMPConnector.get_num_new_matched_tokens submits the lookup first), so
+    rounds 2..n must find the prefix that round 1 stored: in the server's L1 (the node's CPU
+    RAM) or, when L1 has evicted it, its L2. Same counters as stage 2 (one read before and
+    one after the probe). Adds numbers, appends to problems, returns a note for the reason.
+    """
+    host_a = (raw.get("a") or {}).get("host")
+    summary = _lmcache_server_summary(raw, causes, problems, host_a)
+    if summary is None:
+        return ""
+    l1 = _intish(summary.get("lmcache_mp_lookup_hit_l1_tokens"))
+    l2 = _intish(summary.get("lmcache_mp_lookup_hit_l2_tokens"))
+    stage["numbers"].update({"lmcache_hit_tokens": _intish(summary.get("lmcache_mp_lookup_hit_tokens")),
+                             "lmcache_l1_hit_tokens": l1, "lmcache_l2_hit_tokens": l2})
+    if not (l1 or l2):
+        problems.append("the LMCache server on %s found none of the repeated prefix (L1 %s, L2 %s tokens): "
+                        "what round 1 stored is not held on the node" % (host_a, l1 or 0, l2 or 0))
+    return "; LMCache's server on %s: %s from its L1 (CPU RAM), %s from its L2" % (host_a, l1 or 0, l2 or 0)
 
 
 def eval_cross_instance(stage, raw, causes, settings):

@@ -223,3 +223,28 @@ def test_multiprocess_tier_grew_without_lmcache_stores_fails_stage_2():
     s2 = stage(build(_mp_tier_inputs(0.0)), "tier_write")
     assert s2["status"] == "fail", s2
     assert "stored 0 chunks in its L2" in s2["reason"] and "lab-node1" in s2["reason"]
+
+
+def _mp_local_inputs(l1_tokens, l2_tokens):
+    """Stages 2 and 3 share one raw in the role (report.yml: local_hit: *validation_stage_a)."""
+    inputs = _mp_tier_inputs(6.0)
+    inputs["stages"]["tier_write"]["lmcache_metrics"] = metrics({LMCACHE_A: {
+        "lmcache_mp_l2_store_completed_objects": 6.0, "lmcache_mp_lookup_hit_tokens": l1_tokens + l2_tokens,
+        "lmcache_mp_lookup_hit_l1_tokens": l1_tokens, "lmcache_mp_lookup_hit_l2_tokens": l2_tokens}})
+    inputs["stages"]["local_hit"].update({key: inputs["stages"]["tier_write"][key]
+                                          for key in ("lmcache_url", "lmcache_metrics")})
+    return inputs
+
+
+def test_multiprocess_local_hit_shows_the_lmcache_server_l1_lookups():
+    s3 = stage(build(_mp_local_inputs(3072.0, 0.0)), "local_hit")
+    assert s3["status"] == "pass", s3
+    assert (s3["numbers"]["lmcache_l1_hit_tokens"], s3["numbers"]["lmcache_l2_hit_tokens"]) == (3072, 0)
+    assert "LMCache's server on lab-node1: 3072 from its L1 (CPU RAM), 0 from its L2" in s3["reason"]
+
+
+def test_multiprocess_local_hit_without_lmcache_lookup_hits_fails_stage_3():
+    # vLLM's own prefix cache hit, but A's LMCache server holds nothing of the prefix it stored
+    s3 = stage(build(_mp_local_inputs(0.0, 0.0)), "local_hit")
+    assert s3["status"] == "fail", s3
+    assert "found none of the repeated prefix" in s3["reason"] and "lab-node1" in s3["reason"]
