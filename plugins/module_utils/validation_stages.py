@@ -548,6 +548,7 @@ def eval_router(stage, raw, causes, settings):
         problems.append("probe through the router failed: %s" % _err_text(probe))
     if not problems and total_hits + total_external < settings.get("min_local_hit_tokens", 1):
         problems.append("no cache hit on any backend for a prefix every backend has seen")
+    lmcache_note = _lmcache_servers_lookups(stage, raw, causes, problems)
     blocking = causes.blocking(stage["id"])
     if blocking:
         problems.append("configuration breaks sharing between instances: %s" % ", ".join(blocking))
@@ -556,9 +557,40 @@ def eval_router(stage, raw, causes, settings):
         stage["reason"] = "; ".join(problems)
     else:
         stage["status"] = PASS
-        stage["reason"] = "%d/%d rounds through %s hit %d cached tokens (%d from the shared tier)" % (
-            nums.get("ok_rounds"), nums.get("rounds"), raw.get("url"), total_hits, total_external)
+        stage["reason"] = "%d/%d rounds through %s hit %d cached tokens (%d from the shared tier)%s" % (
+            nums.get("ok_rounds"), nums.get("rounds"), raw.get("url"), total_hits, total_external, lmcache_note)
     return stage
+
+
+def _lmcache_servers_lookups(stage, raw, causes, problems):
+    """Multiprocess mode: what the LMCache servers of the serving nodes found for the router's
+    rounds (raw["lmcache_metrics_by_node"]: {node: metrics_snapshot result with its baseline},
+    read on every node of an answering instance before and after the probe). Every backend has
+    seen the prefix, and vLLM asks its node's server for every request, so the servers together
+    must find it: in L1 on A's node, in L2 (the tier) elsewhere. Adds numbers, appends to
+    problems, returns a note for the reason."""
+    by_node = raw.get("lmcache_metrics_by_node")
+    if not isinstance(by_node, dict) or not by_node:
+        return ""
+    l1 = l2 = 0
+    found = []
+    for host in sorted(by_node):
+        res = by_node[host]
+        url = ((res or {}).get("urls") or [""])[0]
+        summary = _lmcache_server_summary({"lmcache_metrics": res, "lmcache_url": url[:-len("/metrics")]
+                                           if url.endswith("/metrics") else url}, causes, problems, host)
+        if summary is None:
+            continue
+        host_l1 = _intish(summary.get("lmcache_mp_lookup_hit_l1_tokens")) or 0
+        host_l2 = _intish(summary.get("lmcache_mp_lookup_hit_l2_tokens")) or 0
+        l1, l2 = l1 + host_l1, l2 + host_l2
+        if host_l1 or host_l2:
+            found.append("%s %d" % (host, host_l1 + host_l2))
+    stage["numbers"].update({"lmcache_l1_hit_tokens": l1, "lmcache_l2_hit_tokens": l2})
+    if not (l1 or l2):
+        problems.append("the LMCache servers on %s found none of the prefix every backend has seen"
+                        % ", ".join(sorted(by_node)))
+    return "; LMCache's servers found %d tokens in L1, %d in L2 (%s)" % (l1, l2, ", ".join(found) or "none")
 
 
 def eval_routing(stage, raw, causes, settings):

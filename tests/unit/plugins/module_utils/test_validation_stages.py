@@ -248,3 +248,43 @@ def test_multiprocess_local_hit_without_lmcache_lookup_hits_fails_stage_3():
     s3 = stage(build(_mp_local_inputs(0.0, 0.0)), "local_hit")
     assert s3["status"] == "fail", s3
     assert "found none of the repeated prefix" in s3["reason"] and "lab-node1" in s3["reason"]
+
+
+def _mp_router_inputs(by_node):
+    inputs = good_inputs()
+    inputs["expected"]["lmcache_mode"] = "multiprocess"
+    inputs["stages"]["router"] = {
+        "a": A, "url": "http://172.29.100.20:8001", "router_hosts": ["lab-router"], "health": {"status": 200},
+        "probe": probe([0.10, 0.09]),
+        "metrics": metrics({A["url"]: {"prompt_tokens_by_source": {"local_compute": 2.0, "local_cache_hit": 3072.0,
+                                                                   "external_kv_transfer": 0.0}}}),
+        "lmcache_metrics_by_node": by_node}
+    return inputs
+
+
+def _server(l1_tokens, l2_tokens):
+    return metrics({LMCACHE_A: {"lmcache_mp_lookup_hit_l1_tokens": l1_tokens,
+                                "lmcache_mp_lookup_hit_l2_tokens": l2_tokens}})
+
+
+def test_multiprocess_router_rounds_show_in_the_serving_nodes_lmcache_lookups():
+    s5 = stage(build(_mp_router_inputs({"lab-node1": _server(3072.0, 0.0), "lab-node2": _server(0.0, 0.0)})), "router")
+    assert s5["status"] == "pass", s5
+    assert (s5["numbers"]["lmcache_l1_hit_tokens"], s5["numbers"]["lmcache_l2_hit_tokens"]) == (3072, 0)
+    assert "LMCache's servers found 3072 tokens in L1, 0 in L2 (lab-node1 3072)" in s5["reason"]
+
+
+def test_multiprocess_router_rounds_without_lmcache_lookup_hits_fail_stage_5():
+    s5 = stage(build(_mp_router_inputs({"lab-node1": _server(0.0, 0.0), "lab-node2": _server(0.0, 0.0)})), "router")
+    assert s5["status"] == "fail", s5
+    assert "the LMCache servers on lab-node1, lab-node2 found none of the prefix" in s5["reason"]
+
+
+def test_multiprocess_router_unreadable_lmcache_counters_name_the_node():
+    unreadable = {"urls": [LMCACHE_A + "/metrics"],
+                  "snapshots": {LMCACHE_A + "/metrics": {"ok": False,
+                                                         "error": {"kind": "connection", "message": "refused"}}}}
+    report = build(_mp_router_inputs({"lab-node1": _server(3072.0, 0.0), "lab-node2": unreadable}))
+    s5 = stage(report, "router")
+    assert s5["status"] == "fail" and "the LMCache server's counters on lab-node2" in s5["reason"], s5
+    assert "metrics_unavailable" in s5["causes"]
