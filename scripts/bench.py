@@ -91,6 +91,8 @@ def parse_args(argv=None):
     parser.add_argument("--routing-model", default="tiny-qwen2", help="the lab's served model name")
     parser.add_argument("--model", default=None, help="model of docs/benchmarks/gpu_prefill_rates.yml sizing the chunk")
     parser.add_argument("--chunk-size", type=int, default=256)
+    parser.add_argument("--sweep-chunks", default=None,
+                        help="chunk sizes (tokens) of the storage section's LMCache sweep (default 256,512,1024,2048)")
     parser.add_argument("--objects", type=int, default=None)
     parser.add_argument("--streams", default="1,8")
     parser.add_argument("--max-seconds", type=float, default=None, help="per PUT or GET phase")
@@ -137,6 +139,7 @@ def parse_args(argv=None):
         parser.error("--lab-tiers takes fs and s3")
     args.lab_max_seconds = args.lab_max_seconds or (60.0 if smoke else 600.0)
     args.streams = [int(s) for s in args.streams.split(",")]
+    args.sweep_chunks = [int(c) for c in args.sweep_chunks.split(",")] if args.sweep_chunks else None
     args.contexts = [int(c) for c in args.contexts.split(",")]
     args.sections = args.sections or ("storage,lab,predict" if smoke else "storage,lab,predict,routing,converge")
     args.routing_policies = [p.strip() for p in args.routing_policies.split(",") if p.strip()]

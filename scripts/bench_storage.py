@@ -419,9 +419,11 @@ def run_lmcache_worker(python, work_dir, tier, remote_url, extra_config, geometr
 # ---------------------------------------------------------------------------------------------
 # chunk-size sweep: LMCache's connector on one tier, several chunk sizes
 
-def sweep_objects(objects, base_chunk, chunk):
-    """Objects per phase for a chunk size: the bytes of `objects` chunks of base_chunk, at least 2."""
-    return max(2, int(objects * base_chunk // chunk))
+def sweep_objects(objects, base_chunk, chunk, streams=2):
+    """Objects per phase for a chunk size: the bytes of `objects` chunks of base_chunk, and at
+    least one object per stream (fewer would leave streams idle and measure the parallelism,
+    not the object size), at least 2."""
+    return max(2, int(streams), int(objects * base_chunk // chunk))
 
 
 def sweep_rows(tier, chunk, object_bytes, result):
@@ -447,7 +449,7 @@ def run_sweep(args, lmc_python, work, tier, remote_url, extra, geometry, run_id,
     streams = [max(args.streams)]
     rows = []
     for chunk in chunks:
-        objects = sweep_objects(args.objects, args.chunk_size, chunk)
+        objects = sweep_objects(args.objects, args.chunk_size, chunk, streams[0])
         log("storage: %s tier, LMCache sweep, chunk %d tokens (%d objects)" % (tier, chunk, objects))
         sweep_dir = os.path.join(work, "sweep-%s-%d" % (tier, chunk))
         os.makedirs(sweep_dir, exist_ok=True)

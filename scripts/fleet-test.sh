@@ -210,6 +210,8 @@ snapshot() {  # snapshot <phase>: what the nodes hold now, for tests/integration
     docker exec "$c" sh -c 'for f in /etc/kvcache/vllm/*.env; do n=$(basename "$f" .env); [ "$n" = api-key ] && continue
         echo "kvcache-vllm@$n.service $(systemctl is-active "kvcache-vllm@$n.service")"; done' >"$d/units"
     docker exec "$c" sh -c 'systemctl cat nvidia-persistenced.service 2>/dev/null || true' >"$d/persistenced"
+    docker exec "$c" sh -c 'echo "$(systemctl is-enabled kvcache-lmcache.service 2>&1 || true)" \
+        "$(systemctl is-active kvcache-lmcache.service || true)"' >"$d/lmcache_unit"
   done
 }
 

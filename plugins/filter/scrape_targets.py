@@ -24,7 +24,9 @@ description:
     role gathers gpu_facts on such nodes first). LMCache in-process metrics are on the same
     C(/metrics), so they need no target of their own.
   - C(lmcache_mp) gives the LMCache multiprocess server of every host whose LMCache mode
-    (C(lmcache_mode), else C(kvcache_lmcache_mode)) is C(multiprocess), at port
+    (C(lmcache_mode), else C(kvcache_lmcache_mode), else - as roles/kvcache derives it - C(inprocess)
+    when the host sets C(kvcache_fs_gds) true and I(defaults)' C(kvcache_lmcache_mode) otherwise) is
+    C(multiprocess), at port
     C(lmcache_mp_http_port). Its address is C(lmcache_mp_http_host) when that is a concrete
     address, the host's C(ansible_host) when it is a wildcard (C(0.0.0.0), C(::)), and, when it is a
     loopback address (the default, since the admin API has no authentication), what I(loopback) says.
@@ -55,7 +57,7 @@ options:
   defaults:
     description:
       - Values for variables a host does not define, for example C(lmcache_mp_http_port=8080),
-        C(lmcache_mp_http_host=127.0.0.1), C(kvcache_lmcache_mode=inprocess), C(router_port=8001),
+        C(lmcache_mp_http_host=127.0.0.1), C(kvcache_lmcache_mode=multiprocess), C(router_port=8001),
         C(router_metrics_port=29000) and C(router_implementation=production_stack).
     type: dict
     default: {}
@@ -81,7 +83,7 @@ EXAMPLES = r"""
     mp_targets: >-
       {{ hostvars | kvcache.offload.scrape_targets(groups['kvcache_nodes'], 'lmcache_mp',
          defaults={'lmcache_mp_http_port': 8080, 'lmcache_mp_http_host': '127.0.0.1',
-                   'kvcache_lmcache_mode': 'inprocess'}) }}
+                   'kvcache_lmcache_mode': 'multiprocess'}) }}
 """
 
 RETURN = r"""
@@ -173,7 +175,12 @@ def _vllm(host, hvars, defaults):
 
 
 def _lmcache_mp(host, hvars, defaults, loopback):
-    mode = _lookup(hvars, "lmcache_mode", {}) or _lookup(hvars, "kvcache_lmcache_mode", defaults)
+    mode = _lookup(hvars, "lmcache_mode", {}) or _lookup(hvars, "kvcache_lmcache_mode", {})
+    if not mode:
+        # roles/kvcache's derivation of its default: in-process for the GDS tier only.
+        gds = _lookup(hvars, "kvcache_fs_gds", {})
+        mode = "inprocess" if str(gds).lower() in ("true", "yes", "1", "on") else \
+            _lookup(hvars, "kvcache_lmcache_mode", defaults)
     if mode != "multiprocess":
         return []
     port = _port(host, "lmcache_mp_http_port", _lookup(hvars, "lmcache_mp_http_port", defaults))

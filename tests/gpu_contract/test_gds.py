@@ -20,6 +20,10 @@ def test_gds_points_are_rendered():
     assert GDS, "no point renders cufile.json: render.yml lost its kvcache_fs_gds points"
     assert all(point_inputs(p)["kvcache_fs_gds"] for p in GDS)
     assert not [p for p in POINTS if p not in GDS and point_inputs(p).get("kvcache_fs_gds")]
+    # render.yml sets no mode for these points: roles/kvcache derives in-process from
+    # kvcache_fs_gds (issue #21 item 3: multiprocess is the default otherwise).
+    assert {point_inputs(p)["mode"] for p in GDS} == {"inprocess"}
+    assert {point_inputs(p)["lmcache_mode"] for p in GDS} == {"inprocess"}
 
 
 @pytest.mark.parametrize("point", GDS)

@@ -4,6 +4,7 @@ unparsable key fails), its extra_config keys are keys LMCache's code reads; the
 multiprocess server's unit runs `lmcache server` with arguments its own CLI parses into
 every config the server builds, and an --l2-adapter whose every key the adapter reads."""
 import importlib.metadata
+import math
 import os
 
 import pytest
@@ -111,7 +112,15 @@ def test_server_arguments_parse(point):
     mp = configs["parse_args_to_mp_server_config"]
     from conftest import point_inputs
 
-    assert mp.chunk_size == point_inputs(point)["kvcache_chunk_size"], where
+    inputs = point_inputs(point)
+    assert mp.chunk_size == inputs["kvcache_chunk_size"], where
+    # Sized from the node's instances (issue #21 item 3): one store/retrieve thread per LMCache
+    # worker (TP rank), and the node's whole RAM share as L1 (not a per-worker share).
+    assert mp.max_gpu_workers == inputs["lmcache_workers_per_node"] == sum(
+        int(i.get("tensor_parallel_size", inputs["tensor_parallel_size"])) for i in inputs["instances"]), where
+    node_gb = math.floor(inputs["node_ram_mb"] / 1024 * inputs["lmcache_cpu_ram_fraction"] * 10) / 10
+    assert float(args.l1_size_gb) == pytest.approx(node_gb), "%s: --l1-size-gb %s, node share %s" % (
+        where, args.l1_size_gb, node_gb)
     adapters = configs["parse_args_to_config"].l2_adapter_config.adapters
     assert len(adapters) == len(args.l2_adapter) == 1, "%s: %d L2 adapters" % (where, len(adapters))
     unread = contract.l2_adapter_unread_keys(args.l2_adapter[0], adapters[0], where)

@@ -78,20 +78,36 @@ def test_instances_installed_not_started(phase, node):
 
 @pytest.mark.parametrize("phase,tp", PHASES)
 @pytest.mark.parametrize("node", sorted(NODES))
-def test_lmcache_cpu_tier_per_worker(phase, tp, node):
-    """max_local_cpu_size (GB per worker) = fraction x RAM / workers of that node, so the node's
-    pinned total stays within the fraction of its RAM."""
+def test_lmcache_server_sized_from_the_nodes_instances(phase, tp, node):
+    """LMCache's multiprocess mode (the default, issue #21 item 3): one server per node, its L1
+    (CPU RAM) the node's fraction of RAM for all its engines together (never a per-worker share
+    that adds up past it), and one store/retrieve thread per LMCache worker (TP rank) of the
+    node's derived instances, so its engines do not queue on LMCache's default single thread."""
     base = state_dir(phase, node)
-    with open(os.path.join(base, "etc", "kvcache", "lmcache-config.yaml")) as handle:
-        config = yaml.safe_load(handle)
+    assert not os.path.exists(os.path.join(base, "etc", "kvcache", "lmcache-config.yaml")), \
+        "%s: an in-process lmcache-config.yaml in multiprocess mode" % node
+    args = read_env(os.path.join(base, "etc", "kvcache", "lmcache-server.env"))["LMCACHE_SERVER_ARGS"].split()
     with open(os.path.join(base, "meminfo")) as handle:
         mem_kb = int(handle.read().split()[1])
     fraction = float(ENGINES["lmcache_cpu_ram_fraction"])
     workers = (NODES[node]["gpus"] // tp) * tp
     node_gb = math.floor(mem_kb // 1024 / 1024 * fraction * 10) / 10
-    per_worker = math.floor(node_gb / workers * 10) / 10
-    assert float(config["max_local_cpu_size"]) == pytest.approx(per_worker), (node, tp, config["max_local_cpu_size"])
-    assert float(config["max_local_cpu_size"]) * workers <= fraction * mem_kb / 1024 / 1024 + 1e-9
+    assert float(args[args.index("--l1-size-gb") + 1]) == pytest.approx(node_gb), (node, tp, args)
+    assert float(args[args.index("--l1-size-gb") + 1]) <= fraction * mem_kb / 1024 / 1024 + 1e-9
+    assert int(args[args.index("--max-gpu-workers") + 1]) == workers, (node, tp, args)
+    assert int(args[args.index("--chunk-size") + 1]) == int(FLEET["kvcache_chunk_size"]), args
+    assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("--http-host") + 1] == "127.0.0.1", args
+
+
+@pytest.mark.parametrize("phase", [p for p, _tp in PHASES])
+@pytest.mark.parametrize("node", sorted(NODES))
+def test_lmcache_server_installed_not_started(phase, node):
+    """With vllm_start_instances false the server follows the engines (lmcache_start_server):
+    installed, neither enabled nor started (its L1 would be allocated up front on a node that
+    serves nothing)."""
+    with open(os.path.join(state_dir(phase, node), "lmcache_unit")) as handle:
+        enabled, active = handle.read().split()
+    assert (enabled, active) == ("disabled", "inactive"), (node, enabled, active)
 
 
 def test_service_ids_identical_although_next_free_system_uid_differs():

@@ -12,6 +12,8 @@ def _result(objects, nbytes, seconds):
 def test_same_bytes_for_every_chunk_size():
     assert [bench_storage.sweep_objects(32, 256, c) for c in bench_storage.SWEEP_CHUNKS] == [32, 16, 8, 4]
     assert bench_storage.sweep_objects(3, 256, 2048) == 2
+    # one object per stream at least: 8 streams on 4 large objects would measure parallelism
+    assert [bench_storage.sweep_objects(32, 256, c, 8) for c in bench_storage.SWEEP_CHUNKS] == [32, 16, 8, 8]
 
 
 def test_rows_carry_throughput_and_ops_per_chunk_size():

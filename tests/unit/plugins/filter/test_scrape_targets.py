@@ -152,7 +152,21 @@ def test_observability_defaults_mirror_the_roles_that_own_the_ports():
     assert obs["router_implementation"] == router["router_implementation"]
     assert obs["lmcache_mp_http_port"] == lmc["lmcache_mp_http_port"]
     assert obs["lmcache_mp_http_host"] == lmc["lmcache_mp_http_host"]
-    assert obs["kvcache_lmcache_mode"] == fleet["kvcache_lmcache_mode"]
+    # roles/kvcache derives its mode (multiprocess, in-process for the GDS tier): the fallback is
+    # the value without GDS, and the filter derives the GDS case itself (next test).
+    assert obs["kvcache_lmcache_mode"] == "multiprocess"
+    assert fleet["kvcache_lmcache_mode"] == "{{ 'inprocess' if kvcache_fs_gds | bool else 'multiprocess' }}"
+
+
+def test_lmcache_mode_of_a_host_that_sets_none_is_derived_like_roles_kvcache():
+    """Issue #21 item 3: with the multiprocess default, a node on the GDS tier (in-process,
+    derived) has no LMCache server to scrape; a node that sets nothing has one."""
+    fallback = dict(DEFAULTS, kvcache_lmcache_mode="multiprocess")
+    hv = {"plain": {"ansible_host": "10.0.0.1"},
+          "gds": {"ansible_host": "10.0.0.2", "kvcache_fs_gds": True},
+          "gds-mp": {"ansible_host": "10.0.0.3", "kvcache_fs_gds": True, "kvcache_lmcache_mode": "multiprocess"}}
+    got = scrape_targets(hv, ["plain", "gds", "gds-mp"], "lmcache_mp", fallback, loopback="keep")
+    assert [g["labels"]["kvcache_node"] for g in got] == ["plain", "gds-mp"]
 
 
 def test_vllm_targets_of_derived_instances():
