@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from conftest import EXAMPLE, NODES, instance_envs, log, recap, record, state_dir
+from conftest import EXAMPLE, NODES, instance_envs, log, read_env, recap, record, state_dir
 
 with open(os.path.join(EXAMPLE, "group_vars", "kvcache_nodes", "engines.yml")) as _handle:
     ENGINES = yaml.safe_load(_handle)
