@@ -49,6 +49,9 @@ def _manager(args, torch):
     metadata = LMCacheMetadata(
         model_name=args["model"], world_size=1, local_world_size=1, worker_id=0, local_worker_id=0,
         kv_dtype=dtype, kv_shape=tuple(args["kv_shape"]),
+        # LMCacheMetadata has its own chunk_size (default 256) that sizes the connector's objects
+        # (get_shapes): without it every chunk size of the sweep measured 256-token objects.
+        chunk_size=int(args["kv_shape"][2]),
     )
     manager = StorageManager(config=config, metadata=metadata, event_manager=EventManager())
     backend = find_remote_backend(manager)

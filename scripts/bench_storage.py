@@ -429,6 +429,14 @@ def sweep_objects(objects, base_chunk, chunk, streams=2):
 def sweep_rows(tier, chunk, object_bytes, result):
     """Rows {tier, chunk_size, object_bytes, streams, op, mb_per_s, ops_per_s, p50, ok} of one worker result."""
     rows = []
+    allocated = (result or {}).get("object_bytes")
+    if allocated is None:
+        allocated = next((r.get("object_bytes") for r in (result or {}).get("runs") or [] if r.get("object_bytes")), None)
+    if allocated is not None and int(allocated) != int(object_bytes):
+        # The objects LMCache really moved are not the size this row is about: no number.
+        return [{"tier": tier, "chunk_size": chunk, "object_bytes": object_bytes, "streams": None, "op": None,
+                 "objects": 0, "mb_per_s": None, "ops_per_s": None, "latency_p50_ms": None, "bit_exact": None,
+                 "error": "LMCache moved %d-byte objects, not %d (its metadata's chunk_size)" % (allocated, object_bytes)}]
     for run in (result or {}).get("runs") or []:
         for op in ("put", "get"):
             m = run.get(op) or {}

@@ -15,6 +15,11 @@ kv_bytes_per_token(model_config, kv_dtype=None, tp_size=1) -> int
     Llama-3.1-8B bf16: 32 x 8 x 128 x 2 x 2 = 131072 bytes.
 kv_chunk_bytes(model_config, chunk_size=256, kv_dtype=None, tp_size=1) -> int
     One LMCache chunk object: bytes per token (per worker) x chunk_size.
+kv_chunk_size(model_config, tier, kv_dtype=None, tp_size=1, min_object_bytes=None) -> int
+    The default LMCache chunk size for a tier: the smallest of 256, 512, 1024 and 2048 tokens whose
+    object (one worker's KV for the chunk) is at least the tier's smallest object on the
+    throughput plateau of the storage bench (KV_MIN_OBJECT_BYTES: fs 32 MiB, s3 8 MiB;
+    docs/benchmarks.md, "Chunk size"), else 2048. Llama-3.1-8B bf16 at TP 1: 256 on both tiers.
 kv_tier_size(model_config, size_gb=None, tokens=None, chunk_size=256, kv_dtype=None, tp_size=1) -> dict
     Sizes a tier per worker either way: whole chunks/tokens that fit in size_gb GiB (LMCache's
     max_local_cpu_size / max_local_disk_size are GiB per worker), or the GiB that tokens need.
@@ -174,6 +179,33 @@ def kv_chunk_bytes(model_config, chunk_size=256, kv_dtype=None, tp_size=1):
     return kv_bytes_per_token(model_config, kv_dtype, tp_size) * chunk
 
 
+# The smallest object (bytes) on each tier's throughput plateau, from make bench's chunk-size
+# sweep through LMCache's connector (docs/benchmarks.md, "Chunk size: the rule and its data"):
+# below it the per-operation cost (a file create/open, an S3 request) dominates. The fs tier kept
+# gaining until 32 MiB (GET 0.3 -> 11 GB/s from 0.13 to 34 MB objects, flat from 34 to 268 MB); S3
+# reached its plateau between 0.5 and 8 MB. The GDS tier moves the same files as fs.
+KV_MIN_OBJECT_BYTES = {"fs": 32 * 1024 ** 2, "gds": 32 * 1024 ** 2, "s3": 8 * 1024 ** 2}
+# LMCache's default chunk is the smallest; larger than 2048 leaves every prompt's last partial
+# chunk (up to 2047 tokens) uncached and short prompts not cached at all.
+KV_CHUNK_SIZES = (256, 512, 1024, 2048)
+
+
+def kv_chunk_size(model_config, tier, kv_dtype=None, tp_size=1, min_object_bytes=None):
+    """The smallest chunk size of KV_CHUNK_SIZES whose object reaches the tier's plateau, else the largest."""
+    name = "kv_chunk_size"
+    if min_object_bytes is None:
+        if tier not in KV_MIN_OBJECT_BYTES:
+            raise _err(name, "unknown tier %r (known: %s)" % (tier, ", ".join(sorted(KV_MIN_OBJECT_BYTES))))
+        target = KV_MIN_OBJECT_BYTES[tier]
+    else:
+        target = _positive_int(name, "min_object_bytes", min_object_bytes)
+    per_token = kv_bytes_per_token(model_config, kv_dtype, tp_size)
+    for chunk in KV_CHUNK_SIZES:
+        if chunk * per_token >= target:
+            return chunk
+    return KV_CHUNK_SIZES[-1]
+
+
 def kv_tier_size(model_config, size_gb=None, tokens=None, chunk_size=256, kv_dtype=None, tp_size=1):
     """Size a KV tier per worker: tokens (whole chunks) that fit in size_gb GiB, or GiB for tokens.
 
@@ -309,6 +341,7 @@ class FilterModule(object):
         return {
             "kv_bytes_per_token": kv_bytes_per_token,
             "kv_chunk_bytes": kv_chunk_bytes,
+            "kv_chunk_size": kv_chunk_size,
             "kv_tier_size": kv_tier_size,
             "kv_prefill_rate": kv_prefill_rate,
             "kv_break_even": kv_break_even,

@@ -25,6 +25,28 @@ def test_both_modes_are_rendered():
     assert INPROCESS and MULTIPROCESS, "in-process points %s, multiprocess points %s" % (INPROCESS, MULTIPROCESS)
 
 
+# The example's chunk size is derived (kvcache_chunk_size 0) from Llama-3.1-8B's config.json at the
+# point's TP size: the smallest chunk whose object (one worker's KV) is on the tier's plateau
+# (fs and GDS 32 MiB, s3 8 MiB; 128 KiB per token at TP 1, 64 KiB at TP 2, 16 KiB at TP 8).
+DERIVED_CHUNK = {("fs", 1): 256, ("fs", 2): 512, ("fs", 8): 2048, ("s3", 1): 256, ("s3", 2): 256, ("s3", 8): 512}
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_the_chunk_size_is_derived_from_the_tier_and_the_model(point):
+    from conftest import point_inputs
+
+    inputs = point_inputs(point)
+    assert inputs["kvcache_chunk_size_setting"] == 0, point
+    expected = DERIVED_CHUNK[(inputs["tier"], int(inputs["tensor_parallel_size"]))]
+    assert inputs["kvcache_chunk_size"] == expected, (point, inputs["kvcache_chunk_size"], expected)
+    if point in INPROCESS:
+        import yaml
+
+        assert yaml.safe_load(RENDERED[point]["lmcache-config.yaml"])["chunk_size"] == expected, point
+    else:
+        assert "--chunk-size %d " % expected in RENDERED[point]["lmcache-server.env"], point
+
+
 @pytest.mark.parametrize("point", INPROCESS)
 def test_inprocess_config_loads_without_warnings(point):
     env = first_instance_env(point)

@@ -1,14 +1,19 @@
 """inventories/example, as shipped, converged on the GPU-shaped fleet (issue #18): what the
 roles rendered and published, read back from the nodes (build/fleet/state-*) and from the
 runs' records and logs (scripts/fleet-test.sh writes them; `make fleet`)."""
+import json
 import math
 import os
 import re
+import sys
 
 import pytest
 import yaml
 
 from conftest import EXAMPLE, NODES, instance_envs, log, read_env, recap, record, state_dir
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "plugins", "filter"))
+import kv_sizing  # noqa: E402  (the collection's filter, importable without Ansible)
 
 with open(os.path.join(EXAMPLE, "group_vars", "kvcache_nodes", "engines.yml")) as _handle:
     ENGINES = yaml.safe_load(_handle)
@@ -95,7 +100,14 @@ def test_lmcache_server_sized_from_the_nodes_instances(phase, tp, node):
     assert float(args[args.index("--l1-size-gb") + 1]) == pytest.approx(node_gb), (node, tp, args)
     assert float(args[args.index("--l1-size-gb") + 1]) <= fraction * mem_kb / 1024 / 1024 + 1e-9
     assert int(args[args.index("--max-gpu-workers") + 1]) == workers, (node, tp, args)
-    assert int(args[args.index("--chunk-size") + 1]) == int(FLEET["kvcache_chunk_size"]), args
+    # The chunk size is derived (the example sets none): the model's config.json on the node at the
+    # run's TP size, the smallest chunk whose object is on the fs tier's plateau (32 MiB): Llama-3.1-8B
+    # 256 tokens at TP 1 (32 MiB), 512 at TP 2 (4 KV heads per worker: 16 MiB per 256 tokens).
+    assert "kvcache_chunk_size" not in FLEET
+    assert int(args[args.index("--chunk-size") + 1]) == {1: 256, 2: 512}[tp], (node, tp, args)
+    with open(os.path.join(os.path.dirname(__file__), "fixtures", "model", "config.json")) as handle:
+        model = json.load(handle)
+    assert kv_sizing.kv_chunk_size(model, "fs", None, tp) == {1: 256, 2: 512}[tp]
     assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("--http-host") + 1] == "127.0.0.1", args
 
 

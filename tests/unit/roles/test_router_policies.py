@@ -367,7 +367,7 @@ def test_preflight_refuses_bad_routing_combinations(refusals, name):
 def lmcache_layers(router_vars):
     run_vars = {
         "inventory_hostname": "gpu-a01", "ansible_facts": {"memtotal_mb": 65536},
-        "kvcache_tier": "fs", "kvcache_fs_path": "/mnt/kvcache", "kvcache_chunk_size": 256,
+        "kvcache_tier": "fs", "kvcache_fs_path": "/mnt/kvcache", "kvcache_chunk_size": 256, "lmcache_chunk_size": 256,
         "kvcache_hash_algorithm": "sha256_cbor", "kvcache_lmcache_mode": "inprocess", "kvcache_venv_path": "/opt/kvcache/venv",
         "kvcache_config_dir": "/etc/kvcache", "kvcache_tensor_parallel_size": 2,
         "vllm_instances": [{"name": "gpu0", "port": 8000, "gpus": [0, 1]}],

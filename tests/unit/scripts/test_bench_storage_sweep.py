@@ -31,3 +31,15 @@ def test_sweep_table_in_bench_md():
     assert "| fs | 256 | 1.0 | 8 | PUT | 4.0 | 4.0 | 250.0 | True |" in text
     assert "| s3 | 2048 | 8.0 | - | - | - | - | - | ERROR: timeout |" in text
     assert bench_storage.render_sweep([]) == []
+
+
+def test_a_row_whose_objects_were_not_the_chunk_size_gets_no_number():
+    """The 2026-12-02 sweeps measured 256-token objects at every chunk size (LMCacheMetadata's own
+    chunk_size defaulted to 256): a result whose objects are not the row's size is an error row."""
+    result = _result(8, 8 * 131072, 1.0)
+    result["runs"][0]["object_bytes"] = 131072
+    rows = bench_storage.sweep_rows("s3", 2048, 2048 * 512, result)
+    assert len(rows) == 1 and rows[0]["mb_per_s"] is None, rows
+    assert "131072-byte objects, not 1048576" in rows[0]["error"], rows
+    result["runs"][0]["object_bytes"] = 2048 * 512
+    assert [r["op"] for r in bench_storage.sweep_rows("s3", 2048, 2048 * 512, result)] == ["put", "get"]

@@ -178,3 +178,40 @@ def test_reference_data_rates_match_the_formula():
     assert k.kv_bytes_per_token(data["models"]["Llama-3.1-70B"]["config"]) == 327680
     assert k.kv_bytes_per_token(data["models"]["Qwen2.5-32B"]["config"]) == 64 * 8 * 128 * 2 * 2
     assert k.kv_bytes_per_token(data["models"]["tiny-qwen2"]["config"]) == 512
+
+
+# --- kv_chunk_size: the default chunk size of a tier (issue #21 item 4) -----------------------
+
+@pytest.mark.parametrize("config,tier,dtype,tp,expected", [
+    # Llama-3.1-8B bf16: 128 KiB per token at TP 1 (32 MiB per 256 tokens: on both plateaus)
+    (LLAMA_8B, "fs", None, 1, 256),
+    (LLAMA_8B, "s3", None, 1, 256),
+    # TP 2: 4 KV heads per worker, 16 MiB at 256 tokens: fs wants 512, s3 is on its plateau
+    (LLAMA_8B, "fs", None, 2, 512),
+    (LLAMA_8B, "s3", None, 2, 256),
+    # TP 8: 1 KV head per worker, 4 MiB at 256 tokens
+    (LLAMA_8B, "fs", None, 8, 2048),
+    (LLAMA_8B, "s3", None, 8, 512),
+    # fp8 halves the object
+    (LLAMA_8B, "fs", "fp8", 1, 512),
+    (LLAMA_8B, "gds", None, 1, 256),
+    # 70B at TP 8: 80 layers x 1 head x 128 x 2 x 2 = 40 KiB per token -> 10 MiB at 256
+    (LLAMA_70B, "fs", None, 8, 1024),
+    (LLAMA_70B, "s3", None, 8, 256),
+    # the lab's tiny model (512 bytes per token) never reaches a plateau: the largest chunk
+    (TINY, "fs", None, 1, 2048),
+    (TINY, "s3", None, 1, 2048),
+])
+def test_chunk_size_lands_each_object_on_the_tiers_plateau(config, tier, dtype, tp, expected):
+    chunk = k.kv_chunk_size(config, tier, dtype, tp)
+    assert chunk == expected
+    per_token = k.kv_bytes_per_token(config, dtype, tp)
+    if chunk < k.KV_CHUNK_SIZES[-1]:  # the smallest chunk that reaches the plateau
+        assert chunk * per_token >= k.KV_MIN_OBJECT_BYTES[tier] > chunk // 2 * per_token or chunk == 256
+
+
+def test_chunk_size_filter_refuses_an_unknown_tier_and_takes_a_measured_minimum():
+    with pytest.raises(AnsibleFilterError, match="unknown tier 'nfs'"):
+        k.kv_chunk_size(LLAMA_8B, "nfs")
+    assert k.kv_chunk_size(LLAMA_8B, "fs", min_object_bytes=64 * 1024 ** 2) == 512
+    assert FilterModule().filters()["kv_chunk_size"] is k.kv_chunk_size
