@@ -7,13 +7,16 @@ marks the servers; the rolling restart restarts each node's server, its engines 
 node at a time), runs validate.yml
 against the bucket (every stage must pass: the tier listing is the bucket's, instance B loads
 from the bucket what A computed, stage 6 stores and loads through LMCache's S3 L2 adapter),
-then converges the fs tier back (both nodes in one batch) and waits until every instance
-answers again.
+then, still on the s3 tier, deletes a prompt's objects behind the first node's server and asks
+again (s3_deleted.py: no KV the server does not have reaches vLLM, the objects come back), and
+converges the fs tier back (both nodes in one batch) and waits until every instance answers again.
 """
 import subprocess
+import uuid
 
-from faultutil import HEALTH_TIMEOUT, ansible_env, run_validate, stage, wait_healthy
+from faultutil import HEALTH_TIMEOUT, ansible_env, lab_s3_keys, run_validate, stage, wait_healthy
 from labutil import ROOT, group_hosts
+from s3_deleted import deleted_objects_scenario, s3_client
 
 CONVERGE_TIMEOUT = 1500
 
@@ -37,7 +40,7 @@ def _restarts(out):
     return headers, sorted(hosts)
 
 
-def test_the_lab_serves_and_validates_on_the_s3_tier(tmp_path, inventory, hostvars, instances):
+def test_the_lab_serves_and_validates_on_the_s3_tier(tmp_path, inventory, hostvars, instances, api_key):
     urls = [url for (_host, _container, _inst, url) in instances]
     s3_host = group_hosts(inventory, "kvcache_s3_store")[0]
     bucket = hostvars[s3_host].get("kvcache_s3_bucket") or hostvars[instances[0][0]]["kvcache_s3_bucket"]
@@ -49,6 +52,9 @@ def test_the_lab_serves_and_validates_on_the_s3_tier(tmp_path, inventory, hostva
             "-e", "kvcache_tier=s3",
             # the controller is not in the lab's /etc/hosts: it lists the bucket by address
             "-e", "validation_s3_endpoint=http://%s:8333" % hostvars[s3_host]["ansible_host"]])
+        deleted = deleted_objects_scenario(
+            instances[0], s3_client(hostvars, s3_host, lab_s3_keys()), bucket, api_key,
+            hostvars[instances[0][0]]["kvcache_served_model_name"], wait_healthy, uuid.uuid4().hex[:8])
     finally:
         # back in one batch (no traffic to keep serving here: it saves a node's restart time)
         back = _nodes_stage("fs", serial=len(group_hosts(inventory, "kvcache_nodes")))
@@ -78,3 +84,22 @@ def test_the_lab_serves_and_validates_on_the_s3_tier(tmp_path, inventory, hostva
     rows = stage(report, "lmcache_probe")["details"]["results"]
     assert {r["connector"] for r in rows} == {"S3L2Adapter"}, rows
     assert all(n["lmcache"]["remote_storage_plugins"] == ["s3"] for n in report["fleet"]["nodes"]), report["fleet"]["nodes"]
+
+    # Objects deleted behind the first node's server (the expiration rule's doing), its engine
+    # restarted and its L1 cleared: the server still had their sizes cached (it stored them), so
+    # it tried to load every one of them from L2 (prefetch failures, one per deleted chunk), loaded
+    # none and reported no hit to vLLM, which loaded nothing and recomputed the prompt (the answer
+    # is the cold one); the server then stored the chunks again. Measured 2026-12-02: 9 chunks
+    # stored, 9 prefetch failures, 0 L2 hit tokens, 0 external tokens, 9 objects back. A deleted
+    # object is a miss that heals, never KV the server does not have.
+    assert deleted["stored"], deleted
+    assert deleted["left_after_delete"] == [], deleted
+    assert deleted["engine_healthy"] and deleted["server_kept"], deleted
+    assert deleted["l1_cleared"].get("status") == "ok", deleted
+    assert deleted["again_answer"] == deleted["cold_answer"], deleted
+    assert deleted["server"]["lmcache_mp_lookup_requested_tokens"] > 0, deleted
+    assert deleted["server"]["lmcache_mp_l2_prefetch_failure_chunks"] == len(deleted["stored"]), deleted
+    assert deleted["server"]["lmcache_mp_l2_prefetch_load_completed_chunks"] == 0, deleted
+    assert deleted["server"]["lmcache_mp_lookup_hit_l2_tokens"] == 0, deleted
+    assert deleted["external_kv_tokens"] == 0, deleted
+    assert deleted["restored"] == deleted["stored"], deleted

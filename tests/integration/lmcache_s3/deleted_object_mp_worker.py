@@ -31,7 +31,8 @@ import os
 import select
 import sys
 
-MARK = "KVCACHE_OFFLOAD_DELETED_OBJECT_RESULT "
+from worker_result import report
+
 SIZE = 64 * 1024  # float32 elements per chunk: 256 KiB objects
 TIMEOUT = 60
 
@@ -139,8 +140,8 @@ class Adapter:
 
 def main():
     args = json.loads(sys.argv[1])
-    out = {"ok": False}
-    try:
+
+    def body(out):
         import lmcache
         import torch
         from lmcache.v1.distributed.api import ObjectKey
@@ -150,7 +151,7 @@ def main():
         tier = Directory(spec["base_path"]) if spec["type"] == "fs" else Bucket(args)
         chunks = int(args["chunks"])
         gen = torch.Generator().manual_seed(21)
-        data = [torch.randn(SIZE, generator=gen, dtype=torch.float32) for _ in range(chunks)]
+        data = [torch.randn(SIZE, generator=gen, dtype=torch.float32) for _index in range(chunks)]
         digests = [hashlib.sha256(d.numpy().tobytes()).hexdigest() for d in data]
         keys = [ObjectKey(chunk_hash=hashlib.sha256(b"kvcache-offload-deleted-%d" % i).digest()[:16],
                           model_name="kvcache-offload-deleted", kv_rank=0) for i in range(chunks)]
@@ -172,13 +173,8 @@ def main():
         first.store(keys, list(range(chunks)), data)
         out["after_restore_objects"] = tier.listed()
         out["after_restore"] = first.ask(keys, digests)
-        out["ok"] = True
-    except Exception as exc:  # noqa
-        import traceback
-        out.update(error="%s: %s" % (type(exc).__name__, exc), trace=traceback.format_exc()[-3000:])
-    sys.stdout.write(MARK + json.dumps(out) + "\n")
-    sys.stdout.flush()
-    os._exit(0)
+
+    report(body)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import os
 import sys
 import time
 
-MARK = "KVCACHE_OFFLOAD_DELETED_OBJECT_RESULT "
+from worker_result import report
 
 
 def manager(torch):
@@ -133,8 +133,8 @@ def main():
     for key, value in (("LMCACHE_TRACK_USAGE", "false"), ("DO_NOT_TRACK", "1"), ("VLLM_NO_USAGE_STATS", "1")):
         os.environ[key] = value
     os.environ["LMCACHE_CONFIG_FILE"] = args["config_file"]
-    out = {"ok": False}
-    try:
+
+    def body(out):
         import boto3
         import lmcache
         import torch
@@ -165,13 +165,8 @@ def main():
         fresh, fbackend, fconn = manager(torch)
         out["fresh_instance"] = ask(fresh, fbackend, fconn, keys)
         out["async_partial"] = async_partial(client, args["bucket"], backend, conn, torch, args["chunks"])
-        out["ok"] = True
-    except Exception as exc:  # noqa
-        import traceback
-        out.update(error="%s: %s" % (type(exc).__name__, exc), trace=traceback.format_exc()[-3000:])
-    sys.stdout.write(MARK + json.dumps(out) + "\n")
-    sys.stdout.flush()
-    os._exit(0)
+
+    report(body)
 
 
 if __name__ == "__main__":
