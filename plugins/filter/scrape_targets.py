@@ -104,6 +104,7 @@ _value:
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
     InstancesError,
@@ -175,12 +176,10 @@ def _vllm(host, hvars, defaults):
 
 
 def _lmcache_mp(host, hvars, defaults, loopback):
-    mode = _lookup(hvars, "lmcache_mode", {}) or _lookup(hvars, "kvcache_lmcache_mode", {})
-    if not mode:
-        # roles/kvcache's derivation of its default: in-process for the GDS tier only.
-        gds = _lookup(hvars, "kvcache_fs_gds", {})
-        mode = "inprocess" if str(gds).lower() in ("true", "yes", "1", "on") else \
-            _lookup(hvars, "kvcache_lmcache_mode", defaults)
+    # Unset on the host: roles/kvcache's derivation of its default (in-process for the GDS tier only).
+    mode = (_lookup(hvars, "lmcache_mode", {}) or _lookup(hvars, "kvcache_lmcache_mode", {})
+            or ("inprocess" if boolean(_lookup(hvars, "kvcache_fs_gds", {}) or False, strict=False)
+                else _lookup(hvars, "kvcache_lmcache_mode", defaults)))
     if mode != "multiprocess":
         return []
     port = _port(host, "lmcache_mp_http_port", _lookup(hvars, "lmcache_mp_http_port", defaults))
