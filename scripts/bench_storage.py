@@ -223,6 +223,40 @@ class SeaweedFS(object):
                 time.sleep(0.2)
         raise RuntimeError("SeaweedFS S3 did not answer on %s within %ss" % (self.endpoint, self.start_timeout))
 
+    def create_writable_bucket(self, bucket, timeout=None):
+        """Create `bucket` and wait until an object can be written, read and deleted in it:
+        `weed mini`'s S3 port answers before its volume server takes writes (slow under load, and
+        never on a disk below the volume server's minimum free space). Raises with the last error,
+        the free disk space and the end of weed's log."""
+        client = self.client()
+        client.create_bucket(Bucket=bucket)
+        deadline = time.monotonic() + (timeout or self.start_timeout)
+        error = None
+        while time.monotonic() < deadline:
+            try:
+                client.put_object(Bucket=bucket, Key="kvcache-offload-ready", Body=b"ready")
+                client.get_object(Bucket=bucket, Key="kvcache-offload-ready")["Body"].read()
+                client.delete_object(Bucket=bucket, Key="kvcache-offload-ready")
+                return client
+            except Exception as exc:  # pylint: disable=broad-except  # botocore's errors, retried until the deadline
+                error = exc
+                time.sleep(1)
+        raise RuntimeError("SeaweedFS on %s took no write into bucket %s within %ss: %s\n%s"
+                           % (self.endpoint, bucket, timeout or self.start_timeout, error, self.diagnosis()))
+
+    def diagnosis(self):
+        """Free disk space where SeaweedFS keeps its data, and the end of its log: what a failed
+        write needs to be understood."""
+        free = shutil.disk_usage(self.work_dir).free / 1e9
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, handle.tell() - 3000))
+                tail = handle.read().decode("utf-8", "replace")
+        except OSError as exc:
+            tail = "(no log: %s)" % exc
+        return "free disk under %s: %.1f GB; end of %s:\n%s" % (self.work_dir, free, self.log_path, tail)
+
     def client(self, max_pool=16):
         import boto3
         from botocore.config import Config
@@ -549,8 +583,7 @@ def section_storage(args, reference, out_dir, record):
         weed = ensure_weed(args, out_dir, tools)
         store = SeaweedFS(weed, os.path.join(work, "seaweedfs")).start()
         bucket = "kvbench"
-        client = store.client()
-        client.create_bucket(Bucket=bucket)
+        client = store.create_writable_bucket(bucket)
         tier = {"description": "SeaweedFS %s `weed mini` on %s (client and server share the CPUs)"
                 % (SEAWEED_PACKAGE, store.endpoint),
                 "plain_client": "boto3 put_object/get_object (path style)"}

@@ -81,7 +81,7 @@ def _run(tmp_path_factory, name, worker, payload_for):
     work = str(tmp_path_factory.mktemp(name))
     store = SeaweedFS(weed, os.path.join(work, "seaweedfs")).start()
     try:
-        store.client().create_bucket(Bucket=BUCKET)
+        store.create_writable_bucket(BUCKET)
         hosts = os.path.join(work, "hosts")
         with open(hosts, "w", encoding="utf-8") as handle:
             handle.write("127.0.0.1 localhost\n127.0.0.1 %s.%s\n" % (BUCKET, DOMAIN))
@@ -97,14 +97,16 @@ def _run(tmp_path_factory, name, worker, payload_for):
                               env=dict(os.environ, LMCACHE_TRACK_USAGE="false", DO_NOT_TRACK="1",
                                        VLLM_NO_USAGE_STATS="1", LMCACHE_LOG_LEVEL="WARNING",
                                        AWS_ACCESS_KEY_ID=store.access_key, AWS_SECRET_ACCESS_KEY=store.secret_key))
+        diagnosis = store.diagnosis()  # what SeaweedFS said while the worker ran (and the free disk)
     finally:
         store.stop()
     with open(os.path.join(ROOT, "build", "%s.log" % name), "w", encoding="utf-8") as handle:
         handle.write(proc.stdout + proc.stderr)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
-    assert lines, "no result from the worker (rc %s): %s" % (proc.returncode, (proc.stdout + proc.stderr)[-3000:])
+    assert lines, "no result from the worker (rc %s): %s\n%s" % (proc.returncode, (proc.stdout + proc.stderr)[-3000:],
+                                                                 diagnosis)
     result = json.loads(lines[-1][len(MARK):])
-    assert result["ok"], result.get("trace") or result
+    assert result["ok"], "%s\n%s" % (result.get("trace") or result, diagnosis)
     with open(os.path.join(ROOT, "build", "%s.json" % name), "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)
     return result
