@@ -53,11 +53,15 @@ def main():
         os.environ[key] = value
     if args.get("config_file"):
         os.environ["LMCACHE_CONFIG_FILE"] = args["config_file"]
+    out = {"action": args["action"], "probe_id": args["probe_id"]}
     try:
         cufile_stats_level3(args)
     except Exception as exc:  # noqa
-        return import_failed(out, exc)
-    out = {"action": args["action"], "probe_id": args["probe_id"]}
+        out.update(ok=False, stage="cufile_json", error="cannot make the probe's copy of %s with cufile_stats 3 "
+                   "(%s: %s); cuFile reads the same file: fix it (valid JSON) and run the probe again"
+                   % (args.get("cufile_json"), type(exc).__name__, exc))
+        emit(out)
+        return 0
     started = time.monotonic()
     try:
         import torch

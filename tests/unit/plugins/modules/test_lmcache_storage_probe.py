@@ -202,3 +202,18 @@ def test_inprocess_mode_needs_the_config_file(run_module, node):
     del args["config_file"]
     result, failed = run_module(lmcache_storage_probe, args)
     assert failed and "config_file" in result["msg"], result
+
+
+def test_an_unreadable_cufile_json_is_reported_not_a_crash(run_module, node, tmp_path):
+    """A cufile.json that is not JSON (hand-edited on the node) fails the GDS probe at its own stage,
+    naming the file; the probe used to crash before its result (UnboundLocalError on `out`)."""
+    broken = tmp_path / "cufile.json"
+    broken.write_text('{"properties": {"allow_compat_mode": false,}')  # a trailing comma: cuFile refuses it too
+    gds_stats = tmp_path / "gds_stats"
+    gds_stats.write_text("#!/bin/sh\nexit 0\n")
+    gds_stats.chmod(0o755)
+    result, failed = run_module(lmcache_storage_probe, node[0]("store", cufile_json=str(broken), gds_stats=str(gds_stats)))
+    assert failed
+    assert result["stage"] == "cufile_json", result
+    assert str(broken) in result["error"] and "JSON" in result["error"], result
+    assert node[1]() == []  # LMCache was not started
