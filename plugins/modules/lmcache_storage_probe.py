@@ -220,7 +220,9 @@ lmcache_version:
   returned: when LMCache imported
   type: str
 stage:
-  description: Where it failed, one of cufile_json (the private copy of O(cufile_json) could not be made), import, connect, store, lookup, load, storage, timeout, program.
+  description:
+    - Where it failed, one of cufile_json (the private copy of O(cufile_json) could not be made), import, connect,
+      store, lookup, load, storage, timeout, program.
   returned: on failure
   type: str
 error:
