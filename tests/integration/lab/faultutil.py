@@ -20,6 +20,7 @@ from labutil import ROOT
 ENV_DIR = "/etc/kvcache/vllm"
 VALIDATE_TIMEOUT = 900
 HEALTH_TIMEOUT = 420
+CONVERGE_TIMEOUT = 1500
 EXTRA_VARS = ["-e", "validation_prefix_tokens=640"]
 
 
@@ -29,6 +30,14 @@ def ansible_env():
                ANSIBLE_HOME=os.path.join(ROOT, "build", "ansible-home"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, "build", "collections"))
     return env
+
+
+def nodes_stage(*extra, serial=1, timeout=CONVERGE_TIMEOUT):
+    """playbooks/nodes.yml on the lab with extra vars `extra` ("name=value"), vllm_rolling_serial
+    nodes at a time (its rolling restart); the finished process."""
+    args = ["ansible-playbook", "playbooks/nodes.yml", "-e", "vllm_rolling_serial=%d" % serial]
+    return subprocess.run(args + [a for e in extra for a in ("-e", e)], cwd=ROOT, env=ansible_env(),
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def healthy(url, timeout=5):

@@ -17,22 +17,14 @@ once) the windows would overlap; that run was not made (session time), so this i
 construction, not measured.
 """
 import json
-import subprocess
 
 import pytest
 
-from faultutil import ENV_DIR, ansible_env, wait_healthy
-from labutil import ROOT, docker_exec, group_hosts, http
+from faultutil import ENV_DIR, nodes_stage, wait_healthy
+from labutil import docker_exec, group_hosts, http
 from loadloop import RequestLoop
 
-CONVERGE_TIMEOUT = 1500
 LOOP_PAUSE = 2.5  # test_rolling_upgrade.py: longer than the 1 s a vLLM CPU worker spins after a step
-
-
-def _nodes_stage(*extra, serial=1):
-    args = ["ansible-playbook", "playbooks/nodes.yml", "-e", "vllm_rolling_serial=%d" % serial]
-    return subprocess.run(args + [a for e in extra for a in ("-e", e)], cwd=ROOT, env=ansible_env(),
-                          capture_output=True, text=True, timeout=CONVERGE_TIMEOUT, check=False)
 
 
 def _engine_window(container, name):
@@ -65,7 +57,7 @@ def test_a_mode_switch_restarts_the_fleet_node_by_node(inventory, instances, rou
     try:
         assert loop.wait_ok(3, timeout=120), loop.summary()
         served_before = len(loop.ok())
-        out = _nodes_stage("kvcache_lmcache_mode=inprocess", "vllm_kv_connector=example_shared_storage")
+        out = nodes_stage("kvcache_lmcache_mode=inprocess", "vllm_kv_connector=example_shared_storage")
         assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
         after = len(loop.ok())
         assert loop.wait_ok(after + 3, timeout=180), loop.summary()
@@ -77,7 +69,7 @@ def test_a_mode_switch_restarts_the_fleet_node_by_node(inventory, instances, rou
         servers = [_server(c) for c in nodes]
         configs = [_kv_config(container, inst["name"]) for (_h, container, inst, _u) in instances]
     finally:
-        back = _nodes_stage(serial=len(group_hosts(inventory, "kvcache_nodes")))
+        back = nodes_stage(serial=len(group_hosts(inventory, "kvcache_nodes")))
         healthy_again = wait_healthy(urls, timeout=420)
     # every engine restarted during the switch, into the in-process connector
     assert all(windows[url][0] > before[url][1] and windows[url][1] > windows[url][0] for url in urls), (before, windows)

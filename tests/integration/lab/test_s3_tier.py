@@ -11,21 +11,11 @@ then, still on the s3 tier, deletes a prompt's objects behind the first node's s
 again (s3_deleted.py: no KV the server does not have reaches vLLM, the objects come back), and
 converges the fs tier back (both nodes in one batch) and waits until every instance answers again.
 """
-import subprocess
 import uuid
 
-from faultutil import HEALTH_TIMEOUT, ansible_env, lab_s3_keys, run_validate, stage, wait_healthy
-from labutil import ROOT, group_hosts
+from faultutil import HEALTH_TIMEOUT, lab_s3_keys, nodes_stage, run_validate, stage, wait_healthy
+from labutil import group_hosts
 from s3_deleted import deleted_objects_scenario, s3_client
-
-CONVERGE_TIMEOUT = 1500
-
-
-def _nodes_stage(tier, serial=1):
-    return subprocess.run(
-        ["ansible-playbook", "playbooks/nodes.yml", "-e", "kvcache_tier=%s" % tier,
-         "-e", "vllm_rolling_serial=%d" % serial],
-        cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=CONVERGE_TIMEOUT, check=False)
 
 
 def _restarts(out):
@@ -45,7 +35,7 @@ def test_the_lab_serves_and_validates_on_the_s3_tier(tmp_path, inventory, hostva
     s3_host = group_hosts(inventory, "kvcache_s3_store")[0]
     bucket = hostvars[s3_host].get("kvcache_s3_bucket") or hostvars[instances[0][0]]["kvcache_s3_bucket"]
     try:
-        to_s3 = _nodes_stage("s3")
+        to_s3 = nodes_stage("kvcache_tier=s3")
         assert to_s3.returncode == 0, to_s3.stdout[-4000:] + to_s3.stderr[-2000:]
         assert wait_healthy(urls), "an instance did not answer after the switch to the s3 tier"
         rc, report, out = run_validate(str(tmp_path), extra=[
@@ -57,7 +47,7 @@ def test_the_lab_serves_and_validates_on_the_s3_tier(tmp_path, inventory, hostva
             hostvars[instances[0][0]]["kvcache_served_model_name"], wait_healthy, uuid.uuid4().hex[:8])
     finally:
         # back in one batch (no traffic to keep serving here: it saves a node's restart time)
-        back = _nodes_stage("fs", serial=len(group_hosts(inventory, "kvcache_nodes")))
+        back = nodes_stage("kvcache_tier=fs", serial=len(group_hosts(inventory, "kvcache_nodes")))
         restored = wait_healthy(urls, timeout=HEALTH_TIMEOUT)
     assert back.returncode == 0, back.stdout[-4000:]
     # The servers' L2 changed: each node's server (and its engines, PartOf) restarted by the
