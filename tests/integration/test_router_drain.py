@@ -34,6 +34,20 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
 
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """Quiet; _send answers with a body."""
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status, body, content_type="text/plain"):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 def _serve(handler):
     server = _Server(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -47,10 +61,7 @@ class InstanceDouble:
         self.scrapes = 0
         double = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(_Handler):
             def do_GET(self):  # noqa: N802 (http.server's name)
                 if self.path == "/health":
                     return self._send(200, b"")
@@ -60,12 +71,6 @@ class InstanceDouble:
                     return self._send(200, ('vllm:num_requests_running{model_name="tiny"} %d\n'
                                             'vllm:num_requests_waiting{model_name="tiny"} 0\n' % running).encode())
                 return self._send(404, b"")
-
-            def _send(self, status, body):
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
 
         self.server = _serve(Handler)
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
@@ -79,10 +84,7 @@ class RouterDouble:
         self.calls = []
         double = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(_Handler):
             def do_GET(self):  # noqa: N802
                 double.calls.append(("GET", self.path))
                 if self.path == "/list_workers":  # a JSON response, as axum's Json gives
@@ -110,13 +112,6 @@ class RouterDouble:
                         double.workers.append(url)
                     return self._send(200, b"Successfully added worker")
                 return self._send(404, b"")
-
-            def _send(self, status, body, content_type="text/plain"):
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
 
         self.server = _serve(Handler)
         self.port = self.server.server_address[1]
