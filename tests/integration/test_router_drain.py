@@ -130,11 +130,10 @@ def _drain(tmp_path, router_port, instance_url, required):
     extra = {"router_port": router_port, "drain_required": required,
              "vllm_instances": [{"name": "gpu0", "port": port, "gpus": [0]}],
              "kvcache_router_drain_timeout": 20}
-    proc = subprocess.run(
+    return subprocess.run(
         [_ansible_playbook(), "-i", os.path.join(HERE, "inventory.yml"), os.path.join(HERE, "playbook.yml"),
          "-e", json.dumps(extra), "-e", "ansible_python_interpreter=%s" % os.path.join(os.path.dirname(_ansible_playbook()), "python")],
         env=ansible_env(tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
-    return proc
 
 
 @pytest.fixture
