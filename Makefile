@@ -30,7 +30,7 @@ export LMCACHE_TRACK_USAGE := false
 export ANSIBLE_LINT_SKIP_SCHEMA_UPDATE := 1
 export ANSIBLE_LINT_NODEPS := 0
 
-.PHONY: help venv mitogen collection docker image check lint sanity unit docs docs-check molecule integration gpu-contract gpu-contract-venv fleet dist test test-containers test-controller lab lab-test lab-down bench clean
+.PHONY: help venv mitogen collection docker image check lint sanity unit docs docs-check molecule integration gpu-contract gpu-contract-venv fleet dist test test-check test-gpu-contract-venv test-containers test-controller lab lab-test lab-down bench clean
 
 # Every scenario in molecule/; `make molecule MOLECULE_SCENARIOS="nodes router"` runs some.
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
@@ -130,10 +130,21 @@ gpu-contract-venv: venv
 # The GPU contract needs about 18 GB under build/ and 6 minutes cold (docs/gpu-acceptance.md).
 # Its venv (about 3 minutes cold, mostly downloads and disk writes) is built beside make check.
 test: ## Everything CI runs: check, molecule, integration, the GPU contract, the GPU-shaped fleet, the built collection, the lab end to end
+	@rm -f $(BUILD)/suite-times.tsv
 	@python3 scripts/disk-preflight.py
-	@$(MAKE) --no-print-directory -j2 --output-sync=target check gpu-contract-venv
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-check test-gpu-contract-venv
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-containers test-controller
 	@scripts/lab-test.sh tests
+
+# Each suite of make test runs under scripts/suite-time.py, which appends its wall time to
+# build/suite-times.tsv; .ci/run ends with the table (issue #39; budget: docs/development.md).
+TIMED = python3 scripts/suite-time.py run
+
+test-check:
+	@$(TIMED) check -- $(MAKE) --no-print-directory check
+
+test-gpu-contract-venv:
+	@$(TIMED) gpu-contract-venv -- $(MAKE) --no-print-directory gpu-contract-venv
 
 # make test's two lanes, run side by side (each prints when it ends). Containers: the molecule
 # scenarios, the built collection, the execution environment, then the lab brought up (kept
@@ -141,17 +152,17 @@ test: ## Everything CI runs: check, molecule, integration, the GPU contract, the
 # integration suite's deleted-object test runs, and the fleet mounts it), then the others.
 # The lab's tests run alone afterwards: its fault tests time engine restarts.
 test-containers:
-	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_CI_SCENARIOS)"
-	@$(MAKE) --no-print-directory dist
-	@$(MAKE) --no-print-directory ee
-	@scripts/lab-test.sh up
+	@$(TIMED) molecule -- $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_CI_SCENARIOS)"
+	@$(TIMED) dist -- $(MAKE) --no-print-directory dist
+	@$(TIMED) ee -- $(MAKE) --no-print-directory ee
+	@$(TIMED) "lab first run" -- scripts/lab-test.sh up
 
 test-controller:
-	@$(MAKE) --no-print-directory gpu-contract
+	@$(TIMED) gpu-contract -- $(MAKE) --no-print-directory gpu-contract
 	@echo "==> unit tests that need the GPU contract's venv (make check ran before it was built)"
-	@KVCACHE_REQUIRE_LMCACHE=1 python -m pytest -q -p no:cacheprovider tests/unit/roles/test_router_policies.py -k lmcache_0_5_6
-	@KVCACHE_REQUIRE_LMCACHE=1 $(MAKE) --no-print-directory integration
-	@$(MAKE) --no-print-directory fleet
+	@$(TIMED) "unit (LMCache 0.5.6)" -- env KVCACHE_REQUIRE_LMCACHE=1 python -m pytest -q -p no:cacheprovider tests/unit/roles/test_router_policies.py -k lmcache_0_5_6
+	@$(TIMED) integration -- env KVCACHE_REQUIRE_LMCACHE=1 $(MAKE) --no-print-directory integration
+	@$(TIMED) fleet -- $(MAKE) --no-print-directory fleet
 
 lab: venv image ## Bring the lab up and run site.yml on it
 	@ansible-playbook playbooks/lab_up.yml

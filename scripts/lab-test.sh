@@ -47,10 +47,16 @@ run_tests() {
   # test_mitogen_rerun.py reruns site.yml under the Mitogen opt-in (docs/mitogen.md).
   make --no-print-directory mitogen >/dev/null
   echo "==> lab: integration tests"
-  python -m pytest tests/integration/lab -p no:cacheprovider -q -o testpaths=tests/integration/lab --durations=0
+  # Each test file's wall time goes into make test's suite table (scripts/suite-time.py).
+  local rc=0
+  rm -f "$logs/junit.xml"
+  python -m pytest tests/integration/lab -p no:cacheprovider -q -o testpaths=tests/integration/lab --durations=0 \
+    --junitxml="$logs/junit.xml" -o junit_family=xunit1 || rc=$?
+  if [ -f "$logs/junit.xml" ]; then python scripts/suite-time.py junit "lab test" "$logs/junit.xml" || true; fi
+  [ "$rc" -eq 0 ] || exit "$rc"
 
   echo "==> lab: benchmark smoke (build/bench/bench.md)"
-  python scripts/bench.py --smoke --no-venv-create > "$logs/bench-smoke.log" 2>&1 \
+  python scripts/suite-time.py run "bench smoke" -- python scripts/bench.py --smoke --no-venv-create > "$logs/bench-smoke.log" 2>&1 \
     || { tail -n 40 "$logs/bench-smoke.log"; echo "lab-test: the benchmark smoke run failed" >&2; exit 1; }
   tail -n 5 "$logs/bench-smoke.log" | sed 's/^/    /'
 }

@@ -1,0 +1,92 @@
+#!/usr/bin/env python
+# Copyright: (c) 2026, kvcache.offload developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The wall time of each suite of `make test`, and the table `.ci/run` ends with (issue #39).
+
+    suite-time.py run NAME -- COMMAND...   run COMMAND, append NAME's wall time and result
+    suite-time.py junit PREFIX FILE.xml    append one row per test file of a JUnit report
+                                           (pytest's --junitxml: setup, call and teardown)
+    suite-time.py table [--total SECONDS]  print the table of every row so far
+
+Rows go to $KVCACHE_BUILD_DIR/suite-times.tsv (name, seconds, result), one line per suite,
+appended as each ends; the make lanes run side by side, so the suites' times add up to more
+than the run's wall time, which the table's last line gives (.ci/run measures it).
+"""
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _rows_file():
+    build = os.environ.get("KVCACHE_BUILD_DIR") or os.path.join(ROOT, "build")
+    os.makedirs(build, exist_ok=True)
+    return os.path.join(build, "suite-times.tsv")
+
+
+def _append(name, seconds, result):
+    with open(_rows_file(), "a") as handle:
+        handle.write("%s\t%.0f\t%s\n" % (name, seconds, result))
+
+
+def run(name, argv):
+    start = time.monotonic()
+    try:
+        code = subprocess.call(argv)
+    except OSError as exc:
+        sys.stderr.write("suite-time: %s: %s\n" % (name, exc))
+        code = 127
+    _append(name, time.monotonic() - start, "passed" if code == 0 else "FAILED (exit %d)" % code)
+    return code
+
+
+def junit(prefix, path):
+    """One row per test file: the sum of its test cases' times, failed if any case failed."""
+    per_file = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
+        name = os.path.basename(name)
+        seconds, failed = per_file.get(name, (0.0, False))
+        bad = any(child.tag in ("failure", "error") for child in case)
+        per_file[name] = (seconds + float(case.get("time") or 0), failed or bad)
+    for name in sorted(per_file):
+        seconds, failed = per_file[name]
+        _append("%s %s" % (prefix, name), seconds, "FAILED" if failed else "passed")
+    return 0
+
+
+def table(total=None):
+    path = _rows_file()
+    rows = []
+    if os.path.exists(path):
+        with open(path) as handle:
+            rows = [line.rstrip("\n").split("\t") for line in handle if line.strip()]
+    width = max([len(r[0]) for r in rows] + [len("suite")])
+    print("==> wall time of each suite (make test's lanes run side by side: the rows add up to more than the total)")
+    print("%-*s  %8s  %s" % (width, "suite", "seconds", "result"))
+    for name, seconds, result in rows:
+        print("%-*s  %8s  %s" % (width, name, seconds, result))
+    if total is not None:
+        print("%-*s  %8d  (%.1f min)" % (width, "total (.ci/run wall time)", total, total / 60.0))
+    failed = sum(1 for row in rows if row[2] != "passed")
+    print("suites: %d passed, %d failed" % (len(rows) - failed, failed))
+    return 0
+
+
+def main(argv):
+    if len(argv) >= 4 and argv[0] == "run" and argv[2] == "--":
+        return run(argv[1], argv[3:])
+    if len(argv) == 3 and argv[0] == "junit":
+        return junit(argv[1], argv[2])
+    if argv and argv[0] == "table":
+        total = float(argv[2]) if len(argv) == 3 and argv[1] == "--total" else None
+        return table(total)
+    sys.stderr.write(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,49 @@
+# Copyright: (c) 2026, kvcache.offload developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""scripts/suite-time.py: the suite table .ci/run ends with (issue #39 item 1)."""
+
+from __future__ import absolute_import, division, print_function
+
+import os
+import subprocess
+import sys
+
+__metaclass__ = type
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+SCRIPT = os.path.join(ROOT, "scripts", "suite-time.py")
+
+JUNIT = """<testsuites><testsuite>
+<testcase classname="tests.integration.lab.test_faults" name="a" file="tests/integration/lab/test_faults.py" time="12.5"/>
+<testcase classname="tests.integration.lab.test_faults" name="b" file="tests/integration/lab/test_faults.py" time="3"><failure/></testcase>
+<testcase classname="tests.integration.lab.test_router" name="c" file="tests/integration/lab/test_router.py" time="4.2"/>
+</testsuite></testsuites>"""
+
+
+def _run(tmp_path, *args):
+    env = dict(os.environ, KVCACHE_BUILD_DIR=str(tmp_path))
+    return subprocess.run([sys.executable, SCRIPT] + list(args), env=env, capture_output=True, text=True, check=False)
+
+
+def test_a_suite_keeps_its_exit_code_and_its_row_says_so(tmp_path):
+    assert _run(tmp_path, "run", "check", "--", "true").returncode == 0
+    assert _run(tmp_path, "run", "lab first run", "--", "sh", "-c", "exit 3").returncode == 3
+    rows = (tmp_path / "suite-times.tsv").read_text().splitlines()
+    assert [r.split("\t")[0] for r in rows] == ["check", "lab first run"]
+    assert rows[0].endswith("\tpassed") and rows[1].endswith("\tFAILED (exit 3)")
+
+
+def test_junit_rows_are_per_test_file_with_setup_and_failures(tmp_path):
+    (tmp_path / "j.xml").write_text(JUNIT)
+    assert _run(tmp_path, "junit", "lab test", str(tmp_path / "j.xml")).returncode == 0
+    rows = dict((r.split("\t")[0], r.split("\t")[1:]) for r in (tmp_path / "suite-times.tsv").read_text().splitlines())
+    assert rows == {"lab test test_faults.py": ["16", "FAILED"], "lab test test_router.py": ["4", "passed"]}
+
+
+def test_the_table_ends_with_the_total_and_a_closing_count(tmp_path):
+    _run(tmp_path, "run", "check", "--", "true")
+    _run(tmp_path, "run", "fleet", "--", "false")
+    out = _run(tmp_path, "table", "--total", "3000").stdout.splitlines()
+    assert out[-2].startswith("total (.ci/run wall time)") and "3000" in out[-2] and "50.0 min" in out[-2]
+    assert out[-1] == "suites: 1 passed, 1 failed"
+    assert any(line.startswith("fleet") and "FAILED" in line for line in out)
