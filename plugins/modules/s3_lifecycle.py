@@ -19,6 +19,10 @@ description:
   - Other rules on the bucket are kept as they are. Idempotent, nothing is written when the rule is already there.
   - Written for StorageGRID (which supports Expiration rules with a prefix filter, counted from ingest time)
     and tested against a real S3 store (SeaweedFS).
+  - The C(PutBucketLifecycleConfiguration) request carries C(Content-MD5) and no flexible checksum, whatever the
+    botocore release. botocore 1.36 and later send C(x-amz-checksum-crc32) instead of C(Content-MD5) on it, even
+    with C(request_checksum_calculation=when_required) (the operation requires a checksum), and StorageGRID
+    takes flexible checksums on object operations only (from 12.1), not on bucket configuration.
 author:
   - kvcache.offload contributors (@kvcache-offload)
 attributes:
@@ -94,6 +98,8 @@ rules:
   elements: dict
 """
 
+import base64
+import hashlib
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -108,6 +114,38 @@ try:
 except ImportError:
     HAS_BOTO3 = False
     BOTO3_IMPORT_ERROR = traceback.format_exc()
+
+
+# Flexible-checksum headers botocore 1.36+ adds to an operation that requires a checksum.
+_FLEXIBLE_CHECKSUM_HEADERS = ("x-amz-checksum-", "x-amz-sdk-checksum-algorithm", "x-amz-trailer")
+
+
+def content_md5_only(request, **kwargs):
+    """botocore before-sign handler: the request carries Content-MD5 of its body and no flexible checksum.
+
+    botocore 1.36+ replaced Content-MD5 with x-amz-checksum-crc32 on PutBucketLifecycleConfiguration
+    (request_checksum_calculation=when_required does not change that: the operation requires a
+    checksum, and the default algorithm is CRC32). S3 stores that predate flexible checksums on bucket
+    operations (StorageGRID: object operations only, from 12.1) refuse the request without Content-MD5.
+    Runs before signing, so the signature covers the header it sets.
+    """
+    for name in list(request.headers.keys()):
+        if name.lower().startswith(_FLEXIBLE_CHECKSUM_HEADERS):
+            del request.headers[name]
+    if "Content-MD5" not in request.headers:
+        body = request.body or b""
+        if hasattr(body, "read"):
+            position = body.tell()
+            data = body.read()
+            body.seek(position)
+            body = data
+        if not isinstance(body, bytes):
+            body = body.encode("utf-8")
+        try:
+            digest = hashlib.md5(body, usedforsecurity=False).digest()
+        except TypeError:  # Python < 3.9
+            digest = hashlib.md5(body).digest()  # nosec - S3's integrity header, not security
+        request.headers["Content-MD5"] = base64.b64encode(digest).decode("ascii")
 
 
 def _prefix(rule):
@@ -179,6 +217,7 @@ def main():
         endpoint_url=p["endpoint_url"], region=p["region"], access_key=p["access_key"], secret_key=p["secret_key"],
         session_token=p["session_token"], addressing_style=p["addressing_style"], validate_certs=p["validate_certs"],
         ca_path=p["ca_path"], connect_timeout=p["timeout"], read_timeout=p["timeout"], retries=3)
+    client.meta.events.register("before-sign.s3.PutBucketLifecycleConfiguration", content_md5_only)
 
     try:
         try:

@@ -33,7 +33,8 @@ def self_signed_cert(directory):
 
 
 class Request(dict):
-    """One recorded request: method, path, query (dict), body (parsed JSON or raw text), user."""
+    """One recorded request: method, path, query (dict), body (parsed JSON or raw text), user,
+    raw (the body's bytes), headers (dict, names in lower case)."""
 
     @property
     def call(self):
@@ -73,7 +74,8 @@ class RecordingServer:
                     user = auth.split(" ", 1)
                 req = Request(method=self.command, path=parts.path,
                               query=dict(parse_qsl(parts.query, keep_blank_values=True)),
-                              body=body, user=user, host=self.headers.get("Host"))
+                              body=body, user=user, host=self.headers.get("Host"), raw=raw,
+                              headers={k.lower(): v for k, v in self.headers.items()})
                 with outer._lock:
                     outer.requests.append(req)
                     status, payload, headers = outer._handle(req)

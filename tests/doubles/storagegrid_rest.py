@@ -17,12 +17,21 @@ Claims one StorageGRID release and serves what a grid of that release serves:
   elements StorageGRID documents ("Each rule can include the following XML elements:
   Expiration, NoncurrentVersionExpiration, Filter (Prefix, Tag), Status, ID";
   Expiration actions only, up to 1,000 rules): anything else (AbortIncompleteMultipartUpload,
-  Transition, ...) is refused with 400 MalformedXML naming the element.
+  Transition, ...) is refused with 400 MalformedXML naming the element. The PUT must carry
+  Content-MD5 (S3's PutBucketLifecycleConfiguration: "you must include the Content-MD5
+  header"), and it must match the body (else 400 InvalidDigest / BadDigest). A flexible
+  checksum (x-amz-checksum-crc32, what botocore 1.36+ sends instead) is no substitute:
+  StorageGRID takes pre-calculated checksums on object operations only, and only from 12.1
+  (NetApp, "Changes to StorageGRID S3 REST API support", 12.1.0: CompleteMultipartUpload,
+  CreateMultipartUpload, CopyObject, PutObject, UploadPart). Such a PUT is refused with
+  400 InvalidRequest "Missing required header for this request: Content-MD5".
 
 Records every request (recorder.py). Not a simulator: no signature verification beyond
 the key ID, no grid-wide bucket namespace, no permissions.
 """
+import base64
 import copy
+import hashlib
 import re
 import xml.etree.ElementTree as ET
 
@@ -46,6 +55,22 @@ LIFECYCLE = {
 
 def _local(tag):
     return tag.split("}", 1)[-1]
+
+
+def check_content_md5(req):
+    """None when a lifecycle PUT carries a Content-MD5 that matches its body, else (code, message)."""
+    given = (req.get("headers") or {}).get("content-md5")
+    if not given:
+        return "InvalidRequest", "Missing required header for this request: Content-MD5"
+    try:
+        digest = base64.b64decode(given, validate=True)
+    except ValueError:
+        digest = b""
+    if len(digest) != 16:
+        return "InvalidDigest", "The Content-MD5 you specified was invalid"
+    if digest != hashlib.md5(req.get("raw") or b"").digest():  # noqa: S324 - S3's integrity check, not security
+        return "BadDigest", "The Content-MD5 you specified did not match what was received"
+    return None
 
 
 def check_lifecycle(text):
@@ -211,6 +236,9 @@ class StorageGridDouble:
                 return self._s3_error(404, "NoSuchLifecycleConfiguration", "The lifecycle configuration does not exist")
             return 200, self.lifecycle[bucket], {}
         if method == "PUT":
+            problem = check_content_md5(req)
+            if problem:
+                return self._s3_error(400, *problem)
             problem = check_lifecycle(req["body"] or "")
             if problem:
                 return self._s3_error(400, "MalformedXML", problem)

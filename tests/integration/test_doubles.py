@@ -6,6 +6,7 @@ field an operation may not set, a field or feature newer than the claimed releas
 API version the grid does not enable, a lifecycle element StorageGRID does not take.
 """
 import base64
+import hashlib
 import json
 import ssl
 import urllib.error
@@ -268,14 +269,24 @@ def test_grid_double_refuses_a_lifecycle_put_it_does_not_take(grid_at):
     signed = {"Authorization": "AWS4-HMAC-SHA256 Credential=SGKEY1/20260101/us-east-1/s3/aws4_request, Signature=0"}
     body = lifecycle("<Expiration><Days>7</Days></Expiration><AbortIncompleteMultipartUpload>"
                      "<DaysAfterInitiation>1</DaysAfterInitiation></AbortIncompleteMultipartUpload>")
-    status, answer = call(grid.server, "PUT", "/kvcache", {"lifecycle": ""}, body, signed)
+    # The PUTs carry Content-MD5, as StorageGRID requires (issue #34 defect 8; without it: 400 InvalidRequest).
+    status, answer = call(grid.server, "PUT", "/kvcache", {"lifecycle": ""}, body, dict(signed, **md5(body)))
     assert status == 400 and "<Code>MalformedXML</Code>" in answer and "AbortIncompleteMultipartUpload" in answer
     assert "kvcache" not in grid.lifecycle
+    good = lifecycle("<Expiration><Days>7</Days></Expiration>")
     unsigned = {"Authorization": "AWS4-HMAC-SHA256 Credential=NOTAKEY/20260101/us-east-1/s3/aws4_request"}
-    assert call(grid.server, "PUT", "/kvcache", {"lifecycle": ""}, lifecycle("<Expiration><Days>7</Days></Expiration>"),
-                unsigned)[0] == 403
-    assert call(grid.server, "PUT", "/kvcache", {"lifecycle": ""}, lifecycle("<Expiration><Days>7</Days></Expiration>"),
-                signed)[0] == 200
+    assert call(grid.server, "PUT", "/kvcache", {"lifecycle": ""}, good, dict(unsigned, **md5(good)))[0] == 403
+    status, answer = call(grid.server, "PUT", "/kvcache", {"lifecycle": ""}, good, signed)
+    assert status == 400 and "<Code>InvalidRequest</Code>" in answer and "Content-MD5" in answer
+    status, answer = call(grid.server, "PUT", "/kvcache", {"lifecycle": ""}, good, dict(signed, **md5(body)))
+    assert status == 400 and "<Code>BadDigest</Code>" in answer
+    assert "kvcache" not in grid.lifecycle
+    assert call(grid.server, "PUT", "/kvcache", {"lifecycle": ""}, good, dict(signed, **md5(good)))[0] == 200
+
+
+def md5(body):
+    """The Content-MD5 header of a request body."""
+    return {"Content-MD5": base64.b64encode(hashlib.md5(body.encode()).digest()).decode()}
 
 
 def test_grid_double_refuses_unknown_bucket_fields(grid_at):

@@ -3,15 +3,20 @@ payloads, idempotence (also after the nodes have written the volume's owner), th
 gates (NFSv4.1 over RDMA, trunking), RDMA kept node-local, the SVM root volume's export
 policy, the storage-network clients, TLS with a site CA, secrets kept out of the output,
 and bad input refused before any change."""
+import os
+
 import pytest
+import yaml
 
 from tests.doubles.ontap_rest import OntapDouble
-from tests.integration.conftest import flat, fleet_default, recap
+from tests.integration.conftest import ROOT, flat, fleet_default, recap
 
 PASSWORD = "double-password-123"
 RELEASES = [(9, 12, 1), (9, 14, 1), (9, 19, 1)]
 # What a release below 9.14.1 cannot do (the role refuses it), so tests there leave it out.
-OLD_RELEASE = {"ontap_nfs_trunking": False, "ontap_nfs_rdma_lifs": []}
+# Without an RDMA LIF the nodes mount over TCP (the role refuses RDMA mounts without one).
+TCP = {"ontap_nfs_rdma_lifs": [], "kvcache_mount_proto": "tcp"}
+OLD_RELEASE = dict(TCP, ontap_nfs_trunking=False)
 
 
 def start(tls_dir, version=(9, 14, 1), **kwargs):
@@ -136,7 +141,7 @@ def test_existing_nfs_service_is_patched_not_recreated(ontap, run_playbook, sett
                      "v41_features": {"pnfs_enabled": False, "trunking_enabled": False}},
         "transport": dict(settings, tcp_enabled=True, udp_enabled=True, rdma_enabled=False),
     })
-    result = run_playbook("ontap_nfs", role_vars(ontap, ontap_nfs_rdma_lifs=[]))
+    result = run_playbook("ontap_nfs", role_vars(ontap, **TCP))
     assert result.returncode == 0, result.stdout[-4000:]
     first, second = mutating(ontap)[:2]
     assert first.call == "PATCH /api/protocols/nfs/services/" + ontap.svm["uuid"]
@@ -148,7 +153,7 @@ def test_existing_nfs_service_is_patched_not_recreated(ontap, run_playbook, sett
 
 @pytest.mark.parametrize("extra, says", [
     ({"ontap_nfs_trunking": False}, "NFSv4.1 over RDMA needs ONTAP 9.14.1"),
-    ({"ontap_nfs_rdma_lifs": []}, "NFS trunking needs 9.14.1"),
+    (TCP, "NFS trunking needs 9.14.1"),
 ], ids=["rdma", "trunking"])
 def test_release_gates_refuse_before_any_change(tls_dir, run_playbook, extra, says):
     """At 9.12.1: NFSv4.1 over RDMA and trunking need 9.14.1 (NetApp's NFS over RDMA and trunking pages).
@@ -184,7 +189,7 @@ def test_rdma_stays_node_local(ontap, run_playbook, extra, says):
 def test_flexgroup_spreads_over_the_aggregates(ontap, run_playbook):
     result = run_playbook("ontap_nfs", role_vars(
         ontap, ontap_nfs_flexgroup=True, ontap_nfs_aggregate="", ontap_nfs_flexgroup_aggregates=["aggr1", "aggr2"],
-        ontap_nfs_rdma_lifs=[], ontap_nfs_clients=["10.30.0.0/24"]))
+        ontap_nfs_clients=["10.30.0.0/24"], **TCP))
     assert result.returncode == 0, result.stdout[-4000:]
     volume = [r for r in mutating(ontap) if r.call == "POST /api/storage/volumes"][0]
     assert volume["body"]["aggregates"] == [{"name": "aggr1"}, {"name": "aggr2"}]
@@ -218,7 +223,7 @@ def test_tls_with_the_site_ca(ontap, run_playbook):
 
     Failed on the old role: it had no way to give the netapp.ontap modules a CA.
     """
-    checked = {"ontap_nfs_validate_certs": True, "ontap_nfs_rdma_lifs": []}
+    checked = dict(TCP, ontap_nfs_validate_certs=True)
     result = run_playbook("ontap_nfs", role_vars(ontap, **checked))
     assert result.returncode != 0
     assert "set ontap_nfs_ca_bundle" in flat(result.stdout)
@@ -258,3 +263,44 @@ def test_bad_input_fails_before_any_request(ontap, run_playbook, bad, variable):
     assert variable in flat(result.stdout)
     assert "Fix:" in flat(result.stdout)
     assert PASSWORD not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("playbook", [None, "playbooks/preflight.yml"], ids=["role", "preflight"])
+def test_rdma_mounts_without_an_rdma_lif_are_refused(ontap, run_playbook, playbook):
+    """Issue #34 defect 2: the nodes mount with proto=rdma (kvcache_mount_proto, rdma by default)
+    but ontap_nfs_rdma_lifs is empty (inventories/example shipped both): no LIF gets RDMA, the
+    SVM's RDMA transport stays off, and every node's mount is refused. The role (and preflight,
+    which runs its checks) refuses it before any request, naming the nodes, both variables and
+    the fix.
+
+    Failed on the old role: it configured the SVM without RDMA and said nothing.
+    """
+    result = run_playbook("ontap_nfs", role_vars(ontap, ontap_nfs_rdma_lifs=[]),
+                          playbook=os.path.join(ROOT, playbook) if playbook else None,
+                          limit="controller" if playbook else None)
+    out = flat(result.stdout)
+    assert result.returncode != 0, out[-3000:]
+    assert ontap.server.requests == []
+    for fragment in ("Host controller: ontap_nfs_rdma_lifs is empty", "node(s) gpu-a, gpu-b mount the tier with "
+                     "kvcache_mount_proto rdma", "Fix: list the SVM's data LIFs", "set kvcache_mount_proto: tcp"):
+        assert fragment in out, (fragment, out[-3000:])
+    assert PASSWORD not in result.stdout + result.stderr
+
+
+def test_the_example_inventory_pairs_its_mount_protocol_with_its_rdma_lifs():
+    """inventories/example as shipped: RDMA mounts with an RDMA LIF to fill in (the documented edit)."""
+    with open(os.path.join(ROOT, "inventories", "example", "group_vars", "all", "storage.yml"), encoding="utf-8") as f:
+        storage = yaml.safe_load(f)
+    assert storage["kvcache_mount_proto"] == "rdma"
+    assert storage["ontap_nfs_rdma_lifs"] and all(isinstance(lif, str) and lif for lif in storage["ontap_nfs_rdma_lifs"])
+
+
+def test_an_rdma_lif_takes_rdma_mounts(ontap, run_playbook):
+    """The fix the refusal names: with the LIF listed, the role enables the SVM's RDMA transport and
+    roce on the LIF (the double's LIF request carries rdma_protocols)."""
+    result = run_playbook("ontap_nfs", role_vars(ontap, ontap_nfs_rdma_lifs=["kv_data1"]))
+    assert result.returncode == 0, result.stdout[-4000:]
+    lif = [r for r in mutating(ontap) if r.call.startswith("PATCH /api/network/ip/interfaces/")]
+    assert [r["body"] for r in lif] == [{"rdma_protocols": ["roce"]}]
+    assert ontap.lif("kv_data1")["rdma_protocols"] == ["roce"]
+    assert ontap.nfs_service()["transport"]["rdma_enabled"] is True

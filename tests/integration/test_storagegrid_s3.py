@@ -2,15 +2,18 @@
 version the grid enables, login, bucket, ONE S3 key created and reused (key file, then
 vault), an expiration rule StorageGRID takes, TLS with a site CA, secrets kept out of the
 output, and bad input refused before any request."""
+import base64
+import hashlib
 import json
 import os
 import stat
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from tests.doubles.storagegrid_rest import TOKEN, StorageGridDouble
-from tests.integration.conftest import flat, recap
+from tests.integration.conftest import ROOT, flat, recap
 
 TENANT_PASSWORD = "double-tenant-password"
 USER_ID = "00000000-0000-4000-8000-000000000077"
@@ -225,3 +228,67 @@ def test_tls_with_the_site_ca(grid, run_playbook, tmp_path):
                                                       storagegrid_s3_ca_bundle=grid.server.ca_file))
     assert result.returncode == 0, result.stdout[-4000:]
     assert grid.containers and grid.created_keys == 1 and "kvcache" in grid.lifecycle
+
+
+def lifecycle_puts(grid):
+    return [r for r in grid.server.requests if r["method"] == "PUT" and "lifecycle" in r["query"]]
+
+
+def test_the_lifecycle_put_carries_content_md5_and_no_crc_checksum(grid, run_playbook, tmp_path):
+    """Issue #34 defect 8. botocore 1.36+ sends x-amz-checksum-crc32 instead of Content-MD5 on
+    PutBucketLifecycleConfiguration, also with request_checksum_calculation=when_required (the
+    operation requires a checksum); StorageGRID takes flexible checksums on object operations only
+    (12.1+), so it refuses the rule. s3_lifecycle sends Content-MD5 of the body, and no CRC.
+
+    Failed on the old module (botocore 1.44.8 here): the double refused its PUT, "Missing required
+    header for this request: Content-MD5", and the role failed.
+    """
+    result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path))
+    assert result.returncode == 0, result.stdout[-4000:]
+    puts = lifecycle_puts(grid)
+    assert len(puts) == 1, mgmt_calls(grid)
+    headers = puts[0]["headers"]
+    assert headers.get("content-md5") == base64.b64encode(hashlib.md5(puts[0]["raw"]).digest()).decode()
+    assert not [h for h in headers if h.startswith(("x-amz-checksum-", "x-amz-sdk-checksum"))], headers
+    assert "content-md5" in headers["authorization"].split("SignedHeaders=", 1)[1].split(",", 1)[0].split(";")
+    assert "kvcache" in grid.lifecycle
+
+
+@pytest.mark.parametrize("sender, refused", [
+    ("botocore", "InvalidRequest"),
+    ("module", None),
+    ("bad-md5", "BadDigest"),
+], ids=["botocore-default-crc32-only", "s3_lifecycle-content-md5", "content-md5-of-another-body"])
+def test_the_double_takes_a_lifecycle_put_only_with_content_md5(grid, sender, refused):
+    """The double as StorageGRID: a lifecycle PUT with only a CRC32 checksum (this botocore's own
+    request) is refused, as is a Content-MD5 that does not match the body; the module's request is taken."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    # The module as Ansible ships it to the host: this checkout through build/collections.
+    sys.path.insert(0, os.path.join(ROOT, "build", "collections"))
+    from ansible_collections.kvcache.offload.plugins.modules.s3_lifecycle import content_md5_only
+
+    grid.containers.append({"name": "kvcache"})
+    grid.keys["SGKEYTEST"] = {"owner": USER_ID, "id": "key-test", "secret": "double-secret-test"}
+    client = boto3.session.Session(aws_access_key_id="SGKEYTEST", aws_secret_access_key="double-secret-test",
+                                   region_name="us-east-1").client(
+        "s3", endpoint_url="https://localhost:%d" % grid.server.port, verify=False,
+        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1},
+                      connect_timeout=5, read_timeout=5))
+    if sender == "module":
+        client.meta.events.register("before-sign.s3.PutBucketLifecycleConfiguration", content_md5_only)
+    elif sender == "bad-md5":
+        def wrong(request, **kwargs):
+            request.headers["Content-MD5"] = base64.b64encode(hashlib.md5(b"another body").digest()).decode()
+        client.meta.events.register("before-sign.s3.PutBucketLifecycleConfiguration", wrong)
+    rules = {"Rules": [{"ID": "r", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 1}}]}
+    if refused:
+        with pytest.raises(ClientError) as caught:
+            client.put_bucket_lifecycle_configuration(Bucket="kvcache", LifecycleConfiguration=rules)
+        assert caught.value.response["Error"]["Code"] == refused
+        assert "kvcache" not in grid.lifecycle
+    else:
+        client.put_bucket_lifecycle_configuration(Bucket="kvcache", LifecycleConfiguration=rules)
+        assert "kvcache" in grid.lifecycle

@@ -9,7 +9,8 @@ size watermark (max_bytes) and/or the volume has a free-space watermark
 
 - temporary and partial files: names matching the exclude patterns (LMCache 0.5.6 writes
   ``<key>.tmp`` next to the final ``<key>.data``, or into ``relative_tmp_dir``, and renames
-  it when complete; NFS ``.nfsXXXX`` silly-rename files and ONTAP's ``.snapshot`` are
+  it when complete; its GDS backend writes ``<file>.tmp<8 hex digits>`` and renames it; NFS
+  ``.nfsXXXX`` silly-rename files and ONTAP's ``.snapshot`` are
   hidden names, excluded too);
 - entries younger than the grace period (by mtime and ctime: a rename updates ctime, so a
   just-completed write is young), and, when access times are used, entries read within it.
@@ -18,7 +19,10 @@ size watermark (max_bytes) and/or the volume has a free-space watermark
 (time_source "auto" reads the mount options: noatime means mtime). relatime updates
 atime at most once a day per file unless it was modified, so LRU order is per day there.
 
-Units: "file" (LMCache: each ``*.data`` file is one chunk) or "directory" (each direct
+Units: "file" (LMCache: each ``*.data`` file is one chunk; LMCache's GDS backend writes each
+chunk as ``<key>.kvcache.safetensors`` plus its index ``<key>.kvcache.safetensors.metadata``
+under two hash-named directory levels: the companion suffix ``.metadata`` makes the two one
+entry, sized and dated together and removed together, index first) or "directory" (each direct
 subdirectory of the root is one entry, removed as a whole: vLLM's ExampleConnector keeps
 one directory of per-layer files per prompt, and a partial entry is worse than none).
 
@@ -62,8 +66,9 @@ DEFAULTS = {
     "min_free_percent": 0.0,
     "grace_seconds": 600,
     "unit": "file",
-    "include": ["*.data"],
-    "exclude": ["*.tmp", "*.part", "*.partial", "*.lock", "*~", ".*"],
+    "include": ["*.data", "*.kvcache.safetensors"],
+    "companions": [".metadata"],
+    "exclude": ["*.tmp", "*.tmp????????", "*.part", "*.partial", "*.lock", "*~", ".*"],
     "time_source": "auto",
     "dry_run": False,
     "max_seconds": 0,
@@ -120,11 +125,11 @@ def resolve_time_source(time_source, path, mountinfo="/proc/self/mountinfo"):
 
 
 class Entry:
-    """One prunable unit: a file, or a directory of files removed as a whole."""
+    """One prunable unit: a file (with its companion files), or a directory of files removed as a whole."""
 
-    __slots__ = ("path", "rel", "size", "last_used", "newest_change", "newest_access", "is_dir")
+    __slots__ = ("path", "rel", "size", "last_used", "newest_change", "newest_access", "is_dir", "companions")
 
-    def __init__(self, path, rel, size, last_used, newest_change, newest_access, is_dir=False):
+    def __init__(self, path, rel, size, last_used, newest_change, newest_access, is_dir=False, companions=()):
         self.path = path
         self.rel = rel
         self.size = size
@@ -132,9 +137,10 @@ class Entry:
         self.newest_change = newest_change
         self.newest_access = newest_access
         self.is_dir = is_dir
+        self.companions = list(companions)  # paths removed before path (an index before its data)
 
 
-def _entry_from_stats(path, rel, stats, use_atime, is_dir=False):
+def _entry_from_stats(path, rel, stats, use_atime, is_dir=False, companions=()):
     size = 0
     last_used = 0.0
     newest_change = 0.0
@@ -153,13 +159,29 @@ def _entry_from_stats(path, rel, stats, use_atime, is_dir=False):
         newest_access = max(newest_access, st.st_atime)
         used = max(st.st_atime, st.st_mtime) if use_atime else st.st_mtime
         last_used = max(last_used, used)
-    return Entry(path, rel, size, last_used, newest_change, newest_access, is_dir)
+    return Entry(path, rel, size, last_used, newest_change, newest_access, is_dir, companions)
 
 
-def scan(root, unit="file", include=None, exclude=None, use_atime=True):
-    """Return (entries, skipped) for root. skipped counts excluded (temporary) names."""
+def _companion_of(name, rel, include, companions):
+    """The suffix when name is <an included name><suffix> (a companion file), else None."""
+    for suffix in companions:
+        if suffix and name.endswith(suffix) and len(name) > len(suffix):
+            main, main_rel = name[:-len(suffix)], rel[:-len(suffix)]
+            if _matches(main, main_rel, include):
+                return suffix
+    return None
+
+
+def scan(root, unit="file", include=None, exclude=None, use_atime=True, companions=None):
+    """Return (entries, skipped) for root. skipped counts excluded (temporary) names.
+
+    companions: suffixes; with unit "file", <entry><suffix> in the entry's directory belongs to
+    the entry (its size and times count, it is removed with it, first). A companion whose entry
+    is gone (a run stopped between the two removals) is an entry of its own.
+    """
     include = DEFAULTS["include"] if include is None else include
     exclude = DEFAULTS["exclude"] if exclude is None else exclude
+    companions = DEFAULTS["companions"] if companions is None else companions
     entries = []
     skipped = {"excluded": 0, "not_included": 0, "incomplete_dirs": 0}
     if unit == "file":
@@ -173,12 +195,16 @@ def scan(root, unit="file", include=None, exclude=None, use_atime=True):
                 else:
                     keep.append(d)
             dirnames[:] = sorted(keep)
+            present = set(filenames)
             for name in sorted(filenames):
                 rel = name if reldir == "." else os.path.join(reldir, name)
                 if _matches(name, rel, exclude):
                     skipped["excluded"] += 1
                     continue
-                if not _matches(name, rel, include):
+                suffix = _companion_of(name, rel, include, companions)
+                if suffix is not None and name[:-len(suffix)] in present:
+                    continue  # counted with its entry below
+                if suffix is None and not _matches(name, rel, include):
                     skipped["not_included"] += 1
                     continue
                 path = os.path.join(dirpath, name)
@@ -188,7 +214,17 @@ def scan(root, unit="file", include=None, exclude=None, use_atime=True):
                     continue  # removed meanwhile
                 if not stat.S_ISREG(st.st_mode):
                     continue
-                entries.append(_entry_from_stats(path, rel, [st], use_atime))
+                stats, parts = [st], []
+                for extra in companions if suffix is None else ():
+                    if extra and name + extra in present and not _matches(name + extra, rel + extra, exclude):
+                        try:
+                            extra_st = os.lstat(path + extra)
+                        except OSError:
+                            continue
+                        if stat.S_ISREG(extra_st.st_mode):
+                            stats.append(extra_st)
+                            parts.append(path + extra)
+                entries.append(_entry_from_stats(path, rel, stats, use_atime, companions=parts))
     elif unit == "directory":
         for name in sorted(os.listdir(root)):
             path = os.path.join(root, name)
@@ -269,8 +305,16 @@ def _iso(ts):
 def _remove(entry):
     if entry.is_dir:
         shutil.rmtree(entry.path)
-    else:
-        os.unlink(entry.path)
+        return
+    # The companions (an index such as GDS's .metadata) first: a reader that finds no index
+    # does not look for the data; data without its index is invisible and goes next.
+    for path in entry.companions:
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+    os.unlink(entry.path)
 
 
 def _statvfs(path):
@@ -339,7 +383,7 @@ def prune(config, out=None, now=None, statvfs=None, clock=None, mountinfo="/proc
         return EXIT_OK, summary
     try:
         fs_total, fs_avail = statvfs(root)
-        entries, skipped = scan(root, cfg["unit"], cfg["include"], cfg["exclude"], use_atime)
+        entries, skipped = scan(root, cfg["unit"], cfg["include"], cfg["exclude"], use_atime, cfg["companions"])
         decision = plan(entries, now, cfg["max_bytes"], float(cfg["min_free_percent"]),
                         cfg["grace_seconds"], fs_total, fs_avail, use_atime)
         removed, removed_bytes, errors, timed_out = 0, 0, 0, False
@@ -403,6 +447,7 @@ def parse_args(argv):
     parser.add_argument("--unit", choices=["file", "directory"])
     parser.add_argument("--include", action="append")
     parser.add_argument("--exclude", action="append")
+    parser.add_argument("--companion", action="append", dest="companions")
     parser.add_argument("--time-source", choices=["auto", "atime", "mtime"], dest="time_source")
     parser.add_argument("--max-seconds", type=int, dest="max_seconds")
     parser.add_argument("--summary-file", dest="summary_file")

@@ -15,6 +15,7 @@ import os
 import time
 
 import pytest
+import yaml
 
 __metaclass__ = type
 
@@ -278,3 +279,79 @@ def test_mount_options_pick_the_longest_mount_point(tmp_path):
     assert point == "/mnt/kvcache" and "noatime" in opts and "vers=4.1" in opts
     assert kp.resolve_time_source("auto", "/mnt/kvcache", str(info)) == "mtime"
     assert kp.resolve_time_source("auto", "/srv", str(info)) == "atime"
+
+
+# LMCache 0.5.6's GdsBackend (lmcache/v1/storage_backend/gds_backend.py, _key_to_path, save_metadata):
+# <gds_path>/<hash[:2]>/<hash[2:4]>/<quoted key>.kvcache.safetensors and its index
+# <...>.kvcache.safetensors.metadata, each written as <file>.tmp<8 hex> and renamed.
+GDS_NAME = "vllm%%40-models-tiny%%401%%400%%40%s%%40bfloat16.kvcache.safetensors"
+
+
+def gds(root, chunk_hash, size, age, metadata=True):
+    rel = "gds/%s/%s/%s" % (chunk_hash[:2], chunk_hash[2:4], GDS_NAME % chunk_hash)
+    make(str(root), rel, size, age)
+    if metadata:
+        make(str(root), rel + ".metadata", 4096, age)
+    return rel
+
+
+def role_defaults():
+    with open(os.path.join(ROOT, "roles", "kvcache_prune", "defaults", "main.yml"), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+@pytest.mark.parametrize("settings", ["pruner", "role"])
+def test_the_gds_tier_is_pruned_entry_by_entry(root, tmp_path, settings):
+    """Issue #34 defect 5: the GDS backend's files are cache entries; an entry's data and its
+    .metadata index are sized, dated and removed together (index first); temp files and young
+    entries stay. With the pruner's own defaults and with the role's (prune.json).
+
+    Failed on the old pruner: it matched *.data only and removed nothing of the GDS tier."""
+    old = gds(root, "1111aaaa", 100000, 9 * HOUR)
+    mid = gds(root, "2222bbbb", 100000, 7 * HOUR)
+    new = gds(root, "3333cccc", 100000, 5 * HOUR)
+    young = gds(root, "4444dddd", 100000, 60)
+    tmp = make(str(root), "gds/55/55/%s.tmp0a1b2c3d" % (GDS_NAME % "5555eeee"), 100000, 9 * HOUR)
+    fs_entry = make(str(root), NAME % "fsold", 50000, 8 * HOUR)  # the fs connector's, before GDS was on
+    cfg = {}
+    if settings == "role":
+        defaults = role_defaults()
+        cfg = {"include": defaults["kvcache_prune_include"], "exclude": defaults["kvcache_prune_exclude"],
+               "companions": defaults["kvcache_prune_companions"]}
+    # 4 GDS entries of 104096 bytes and one fs entry of 50000: keep at most 2 entries' worth.
+    status, summary, out = run(root, tmp_path, max_bytes=2 * 104096, time_source="mtime", **cfg)
+    assert summary["scanned_entries"] == 5 and summary["scanned_bytes"] == 4 * 104096 + 50000
+    assert names(out) == [old, NAME % "fsold", mid]
+    for rel in (old, old + ".metadata", mid, mid + ".metadata", NAME % "fsold"):
+        assert not os.path.exists(os.path.join(str(root), rel)), rel
+    for rel in (new, new + ".metadata", young, young + ".metadata"):
+        assert os.path.exists(os.path.join(str(root), rel)), rel
+    assert os.path.exists(tmp) and not os.path.exists(fs_entry)
+    assert summary["removed_bytes"] == 2 * 104096 + 50000 and status == kp.EXIT_OK
+
+
+def test_a_gds_index_goes_before_its_data_and_an_orphan_index_is_an_entry(root, tmp_path, monkeypatch):
+    entry = gds(root, "6666ffff", 1000, 9 * HOUR)
+    orphan = gds(root, "7777aaaa", 1000, 8 * HOUR)
+    os.unlink(os.path.join(str(root), orphan))  # a run stopped between the two removals
+    order = []
+    real_unlink = os.unlink
+
+    def unlink(path):
+        order.append(os.path.relpath(path, str(root)))
+        real_unlink(path)
+
+    monkeypatch.setattr(kp.os, "unlink", unlink)
+    status, summary, out = run(root, tmp_path, max_bytes=1, time_source="mtime")
+    assert order == [entry + ".metadata", entry, orphan + ".metadata"]
+    assert names(out) == [entry, orphan + ".metadata"] and status == kp.EXIT_OK
+
+
+def test_the_role_prunes_the_gds_directory_it_configures():
+    """The GDS directory LMCache writes (kvcache_fs_gds_path) is under the pruned path by default."""
+    with open(os.path.join(ROOT, "roles", "kvcache", "defaults", "main.yml"), encoding="utf-8") as handle:
+        fleet = yaml.safe_load(handle)
+    assert fleet["kvcache_fs_gds_path"].startswith("{{ kvcache_fs_path }}/")
+    assert role_defaults()["kvcache_prune_path"].startswith("{{ kvcache_fs_path")
+    template = open(os.path.join(ROOT, "roles", "kvcache_prune", "templates", "prune.json.j2"), encoding="utf-8").read()
+    assert '"companions": kvcache_prune_companions' in template

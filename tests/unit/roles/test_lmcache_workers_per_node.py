@@ -50,6 +50,13 @@ CASES = {
     "listed tp mix, fleet tp2": ({"vllm_instances": LISTED, "vllm_gpu_count": 8, "kvcache_tensor_parallel_size": 2}, 4),
     "listed one": ({"vllm_instances": [{"name": "cpu0", "port": 8000}], "vllm_gpu_count": 8,
                     "kvcache_tensor_parallel_size": 1}, 1),
+    # Issue #34 defect 3: without the vllm role's defaults (rolling_upgrade.yml includes lmcache
+    # before vllm with include_role, which does not publish them): the node's gpu_facts. Failed
+    # on the old default: vllm_gpu_count undefined -> 0 GPUs -> one worker.
+    "gpu facts only, 8 GPUs tp1": ({"ansible_facts": {"gpu_facts": {"count": 8}}, "kvcache_tensor_parallel_size": 1}, 8),
+    "gpu facts only, 8 GPUs tp2": ({"ansible_facts": {"gpu_facts": {"count": 8}}, "kvcache_tensor_parallel_size": 2}, 8),
+    "inventory count wins over facts": ({"vllm_gpu_count": 4, "ansible_facts": {"gpu_facts": {"count": 8}},
+                                         "kvcache_tensor_parallel_size": 1}, 4),
 }
 
 
@@ -75,3 +82,20 @@ def test_workers_are_the_tp_ranks_of_the_nodes_instances(rendered, name):
 
 def test_the_derivation_is_the_vllm_roles_filter():
     assert "kvcache.offload.vllm_derive_instances(" in source() and "//" not in source(), source()
+
+
+def test_the_role_finds_the_gpus_before_it_sizes_anything():
+    """nodes.yml alone runs lmcache before vllm (which gathers gpu_facts) with no preflight before
+    it: the role itself finds the GPUs first when nothing did, so lmcache_workers_per_node counts
+    the derived instances there as in site.yml. Failed on the old role: no such task, one worker."""
+    with open(os.path.join(ROOT, "roles", "lmcache", "tasks", "main.yml"), encoding="utf-8") as handle:
+        tasks = yaml.safe_load(handle)
+    names = [t.get("name", "") for t in tasks]
+    gather = [i for i, t in enumerate(tasks) if "kvcache.offload.gpu_facts" in t]
+    assert gather, names
+    task = tasks[gather[0]]
+    assert "ansible_facts['gpu_facts'] is not defined" in task["when"], task
+    # before the checks, the chunk size and either mode's configuration read the worker count
+    readers = ("checks.yml", "chunk_size.yml", "inprocess.yml", "multiprocess.yml")
+    first_use = min(i for i, t in enumerate(tasks) if str(t.get("ansible.builtin.include_tasks", "")) in readers)
+    assert gather[0] < first_use, names
