@@ -17,12 +17,17 @@ the router is reconverged without the override: the lab's own policy again.
 import os
 import subprocess
 import sys
+import ssl
 import time
 import urllib.request
 
 from bench_common import ROOT, _f, log
 
-ROUTER_URL = "http://172.29.100.20:8001"
+# The lab router's TLS front, its CA and the client key (LAB SUBSTITUTES, playbooks/lab_up.yml and
+# inventories/lab/group_vars/all/lab_tls.yml); the engines' key is for the instances only.
+ROUTER_URL = "https://172.29.100.20:8001"
+LAB_CA = os.path.join(ROOT, "build", "lab", "tls", "ca.crt")
+CLIENT_KEY_FILE = os.path.join(ROOT, "build", "lab", "secrets", "client-api-key")
 LAB_INSTANCES = (("lab-node1", "cpu0", "http://172.29.100.11:8000"), ("lab-node2", "cpu0", "http://172.29.100.12:8000"))
 # Prefix lengths (estimated tokens, 4 characters each) cycled over the sessions; the lab's tiny
 # model's tokenizer makes ~2.5 real tokens of each, below its one-step prefill (docs/lab.md).
@@ -37,7 +42,8 @@ def _libs():
 
 def _healthy(url, timeout=5):
     try:
-        with urllib.request.urlopen(url + "/health", timeout=timeout) as resp:
+        context = ssl.create_default_context(cafile=LAB_CA) if url.startswith("https:") else None
+        with urllib.request.urlopen(url + "/health", timeout=timeout, context=context) as resp:
             return resp.status == 200
     except Exception:  # pylint: disable=broad-except
         return False
@@ -74,6 +80,7 @@ def run_policy(policy, args, api_key, stamp):
         ROUTER_URL, urls, args.routing_model, sessions=args.routing_sessions, turns=args.routing_turns,
         prefix_tokens=PREFIX_MIX[0], prefix_tokens_by_session=sizes, seed="bench-%s-%s" % (stamp, policy),
         run_id="bench-%s" % stamp, max_tokens=4, api_key=api_key, timeout=120, order="shuffled", settle_retries=3,
+        ca_path=LAB_CA,
         order_seed="bench-%s" % stamp)
     instances = [{"host": h, "instance": i, "url": u} for h, i, u in LAB_INSTANCES]
     nums = routing.analyse(run["requests"], instances)
@@ -100,7 +107,7 @@ def _per_instance(sessions):
 
 
 def section_routing(args, meta):
-    key_file = os.path.join(ROOT, "build", "lab", "secrets", "api-key")
+    key_file = CLIENT_KEY_FILE
     if not (_wait([u for _h, _i, u in LAB_INSTANCES] + [ROUTER_URL], timeout=10) and os.path.exists(key_file)):
         return {"skipped": True, "reason": "the lab (instances, router, API key) is not up: make lab"}
     with open(key_file) as handle:

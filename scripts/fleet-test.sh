@@ -85,10 +85,12 @@ for h in "${hosts[@]}"; do
               -v "$fleet_dir/shims/mokutil:/usr/local/bin/mokutil:ro"
               -v "$contract_venv:$venv_path:ro")
   fi
+  # NET_ADMIN: kvcache_firewall loads its nftables table in the host's own network namespace,
+  # as on a real server (docker's rules on this machine are untouched).
   docker run --detach --name "$(container "$h")" --hostname "$h" --label kvcache.offload.fleet=1 \
     --network "$network" --ip "${address[$h]}" --env container=docker --stop-signal SIGRTMIN+3 \
     --shm-size 1g --tmpfs /run --tmpfs /run/lock --tmpfs /tmp "${volumes[@]}" \
-    "$image" /lib/systemd/systemd >/dev/null
+    --cap-add NET_ADMIN "$image" /lib/systemd/systemd >/dev/null
 done
 for h in "${hosts[@]}"; do
   for _ in $(seq 60); do
@@ -116,6 +118,26 @@ say "containers up ($(elapsed))"
 python - "$state/inventory.yml" "$state/machine.yml" <<'EOF'
 import glob, sys, yaml
 vault = yaml.safe_load(open("inventories/example/group_vars/all/vault.yml.example"))
+# The documented edit of vault.yml: fill in. The API key is a random one (preflight refuses the
+# example's placeholder, and any key shorter than 32 characters).
+import secrets
+vault["vault_kvcache_api_key"] = secrets.token_urlsafe(33)
+# The router's TLS front: a throw-away self-signed certificate and a client key.
+import datetime, ipaddress
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+key = ec.generate_private_key(ec.SECP256R1())
+name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "router-01")])
+now = datetime.datetime.now(datetime.timezone.utc)
+cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("172.29.120.5"))]), critical=False)
+        .sign(key, hashes.SHA256()))
+vault["vault_router_tls_cert"] = cert.public_bytes(serialization.Encoding.PEM).decode()
+vault["vault_router_tls_key"] = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                  serialization.NoEncryption()).decode()
+vault["vault_router_client_api_keys"] = [secrets.token_hex(24)]
 hosts = {"gpu-a01": "172.29.120.11", "gpu-a02": "172.29.120.12", "router-01": "172.29.120.5"}
 def host(name):
     return {"ansible_host": hosts[name], "ansible_docker_host": "kvcache-fleet-" + name,

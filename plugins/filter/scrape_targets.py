@@ -31,8 +31,9 @@ description:
     address, the host's C(ansible_host) when it is a wildcard (C(0.0.0.0), C(::)), and, when it is a
     loopback address (the default, since the admin API has no authentication), what I(loopback) says.
   - C(router) gives the router's C(/metrics) of every host, at C(router_metrics_port) (and
-    C(router_metrics_host) when concrete) for C(router_implementation=vllm_router), else at
-    C(router_port) (the production-stack router serves C(/metrics) on its API port).
+    C(router_metrics_host) when concrete), for both implementations - the router role's front
+    serves them there (plain HTTP, to the monitoring hosts); the client port C(router_port) is
+    TLS and refuses C(/metrics).
   - A variable a host does not define is taken from I(defaults) (the roles' defaults are not in
     C(hostvars) unless the role ran in the same play). IPv6 addresses are put in brackets.
   - Labels on every group - C(kvcache_component), C(kvcache_node) (inventory name) and
@@ -204,13 +205,11 @@ def _lmcache_mp(host, hvars, defaults, loopback):
 def _router(host, hvars, defaults):
     implementation = _lookup(hvars, "router_implementation", defaults) or "production_stack"
     address = _lookup(hvars, "ansible_host", {}) or host
-    if implementation == "vllm_router":
-        port = _port(host, "router_metrics_port", _lookup(hvars, "router_metrics_port", defaults))
-        bind = str(_lookup(hvars, "router_metrics_host", defaults) or "")
-        if bind not in _WILDCARDS and not _is_loopback(bind):
-            address = bind
-    else:
-        port = _port(host, "router_port", _lookup(hvars, "router_port", defaults))
+    # Both implementations: the router role's front serves /metrics on router_metrics_port.
+    port = _port(host, "router_metrics_port", _lookup(hvars, "router_metrics_port", defaults))
+    bind = str(_lookup(hvars, "router_metrics_host", defaults) or "")
+    if bind not in _WILDCARDS and not _is_loopback(bind):
+        address = bind
     return [_group(host, address, port, "router", host, {"kvcache_router_implementation": str(implementation)})]
 
 

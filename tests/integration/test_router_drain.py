@@ -127,7 +127,7 @@ def _closed_port():
 
 def _drain(tmp_path, router_port, instance_url, required):
     port = int(instance_url.rsplit(":", 1)[1])
-    extra = {"router_port": router_port, "drain_required": required,
+    extra = {"router_internal_port": router_port, "drain_required": required,
              "vllm_instances": [{"name": "gpu0", "port": port, "gpus": [0]}],
              "kvcache_router_drain_timeout": 20}
     return subprocess.run(

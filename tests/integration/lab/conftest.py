@@ -9,7 +9,8 @@ import subprocess
 import pytest
 import yaml
 
-from labutil import API_KEY_FILE, INVENTORY, ROOT, container_name, group_hosts
+from labutil import (API_KEY_FILE, CLIENT_KEY_FILE, INVENTORY, LAB_CA_FILE, ROOT, RouterEndpoint, container_name,
+                     group_hosts)
 
 
 @pytest.fixture(scope="session")
@@ -38,11 +39,8 @@ def node_hosts(inventory):
 
 @pytest.fixture(scope="session")
 def api_key():
-    with open(API_KEY_FILE, encoding="utf-8") as handle:
-        key = handle.read().strip()
-    assert len(key) >= 32
-    assert os.stat(API_KEY_FILE).st_mode & 0o077 == 0, "the lab's API key file must be root-only"
-    return key
+    """The engines' key (kvcache_api_key): for requests to an engine directly."""
+    return _secret(API_KEY_FILE)
 
 
 @pytest.fixture(scope="session")
@@ -57,16 +55,40 @@ def instances(hostvars, node_hosts):
     return out
 
 
+def _secret(path):
+    with open(path, encoding="utf-8") as handle:
+        key = handle.read().strip()
+    assert len(key) >= 32
+    assert os.stat(path).st_mode & 0o077 == 0, "the lab's key file %s must be root-only" % path
+    return key
+
+
 @pytest.fixture(scope="session")
-def router_url(inventory, hostvars):
-    """Base URL of the lab's router (its lab address and router_port)."""
+def lab_router(inventory, hostvars):
+    """labutil.RouterEndpoint of the lab's router: the https URL of its TLS front (lab address and
+    router_port), the lab CA that verifies it, and the client key (not the engines' key, which the
+    front refuses). The one helper every lab test reaches the router with."""
     routers = group_hosts(inventory, "kvcache_router")
     assert routers, "the lab inventory has no router"
     host = hostvars[routers[0]]
     # The router role's default when the inventory sets none (written once, in the role).
     with open(os.path.join(ROOT, "roles", "router", "defaults", "main.yml"), encoding="utf-8") as handle:
         default_port = yaml.safe_load(handle)["router_port"]
-    return "http://%s:%d" % (host["ansible_host"], int(host.get("router_port", default_port)))
+    url = "https://%s:%d" % (host["ansible_host"], int(host.get("router_port", default_port)))
+    assert os.path.isfile(LAB_CA_FILE), "no lab CA at %s (playbooks/lab_up.yml makes it)" % LAB_CA_FILE
+    return RouterEndpoint(url=url, ca_file=LAB_CA_FILE, client_key=_secret(CLIENT_KEY_FILE))
+
+
+@pytest.fixture(scope="session")
+def router_url(lab_router):
+    """The https URL of the lab's router (lab_router.url)."""
+    return lab_router.url
+
+
+@pytest.fixture(scope="session")
+def client_key(lab_router):
+    """The client key the router's front accepts (lab_router.client_key)."""
+    return lab_router.client_key
 
 
 def pytest_collection_modifyitems(session, config, items):

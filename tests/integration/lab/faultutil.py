@@ -15,7 +15,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from labutil import ROOT
+from labutil import ROOT, ssl_context
 
 ENV_DIR = "/etc/kvcache/vllm"
 VALIDATE_TIMEOUT = 900
@@ -42,7 +42,7 @@ def nodes_stage(*extra, serial=1, timeout=CONVERGE_TIMEOUT):
 
 def healthy(url, timeout=5):
     try:
-        with urllib.request.urlopen(url + "/health", timeout=timeout) as resp:
+        with urllib.request.urlopen(url + "/health", timeout=timeout, context=ssl_context(url)) as resp:
             return resp.status == 200
     except (urllib.error.URLError, OSError):
         return False

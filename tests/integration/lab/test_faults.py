@@ -53,7 +53,7 @@ def unit_state(container, unit):
     return dict(line.split("=", 1) for line in out.strip().splitlines())
 
 
-def test_kill_9_of_an_instance_under_load(instances, all_healthy, router_url, api_key, model):
+def test_kill_9_of_an_instance_under_load(instances, all_healthy, router_url, client_key, model):
     host, container, inst, url = instances[0]
     unit = "kvcache-vllm@%s.service" % inst["name"]
     before = unit_state(container, unit)
@@ -61,7 +61,7 @@ def test_kill_9_of_an_instance_under_load(instances, all_healthy, router_url, ap
     # Two streams back to back while the instance is killed and the router has to route around
     # it; then one request per second per stream while systemd restarts it. On 2 cores the
     # surviving engine, kept busy back to back, starved the restarting one for 7 minutes.
-    loop = RequestLoop(router_url, api_key, model, streams=2).start()
+    loop = RequestLoop(router_url, client_key, model, streams=2).start()
     try:
         assert loop.wait_ok(4, timeout=120), loop.summary()
         t_kill_sent = time.monotonic()
@@ -106,13 +106,13 @@ def test_kill_9_of_an_instance_under_load(instances, all_healthy, router_url, ap
 
 
 def test_s3_store_down_serving_goes_on_and_validation_names_the_tier(
-        tmp_path, inventory, hostvars, all_healthy, router_url, api_key, model):
+        tmp_path, inventory, hostvars, all_healthy, router_url, client_key, model):
     s3_host = group_hosts(inventory, "kvcache_s3_store")[0]
     container = container_name(hostvars, s3_host)
     keys = lab_s3_keys()
     assert wait_s3(hostvars, s3_host, keys, "ok") == "ok", "the lab's S3 store is not serving before the test"
     s3_probe_config("present")
-    loop = RequestLoop(router_url, api_key, model, streams=1)
+    loop = RequestLoop(router_url, client_key, model, streams=1)
     try:
         set_s3_store(container, running=False)
         down = wait_s3(hostvars, s3_host, keys, "refused", timeout=30)
@@ -194,7 +194,7 @@ def _prompt(tag):
 
 
 def test_full_tier_volume_stores_fail_soft_the_pruner_frees_space_and_serving_goes_on(
-        tmp_path, hostvars, node_hosts, instances, all_healthy, router_url, api_key, model):
+        tmp_path, hostvars, node_hosts, instances, all_healthy, router_url, api_key, client_key, model):
     """The shared tier volume (the lab's 1 GiB tmpfs) fills up for real, to ENOSPC:
 
     - a prompt saved before is still served from the tier by the other instance and through
@@ -251,9 +251,9 @@ def test_full_tier_volume_stores_fail_soft_the_pruner_frees_space_and_serving_go
         # Serving goes on: the saved prompt is loaded from the full tier on the other node
         # and through the router.
         full_reads = [_chat(reader[3], api_key, model, _prompt("saved-" + tag)),
-                      _chat(router_url, api_key, model, _prompt("saved-" + tag)),
+                      _chat(router_url, client_key, model, _prompt("saved-" + tag)),
                       # a new prompt: LMCache cannot store it, and serves it all the same
-                      _chat(router_url, api_key, model, _prompt("while-full-" + tag))]
+                      _chat(router_url, client_key, model, _prompt("while-full-" + tag))]
         # LMCache's own store on the full volume (and its ENOSPC) as the service user.
         started = time.monotonic()
         probe = lmcache_store_probe(host, "fault-full-" + tag, str(tmp_path / "probe.json"))
@@ -272,7 +272,7 @@ def test_full_tier_volume_stores_fail_soft_the_pruner_frees_space_and_serving_go
         summary = docker_exec(container, "cat", summary_file, check=False).stdout.splitlines()
         # Saving works again: a new prompt through the router lands in the tier.
         entries_mid = set(after)
-        new_status, new_text = _chat(router_url, api_key, model, _prompt("after-" + tag))
+        new_status, new_text = _chat(router_url, client_key, model, _prompt("after-" + tag))
         saved_after = set(_tier_usage(container, path)[0]) - entries_mid
     finally:
         docker_exec(container, "bash", "-c", "rm -rf -- %s/%s* %s/.fault-write" % (path, FILLER_PREFIX, path),

@@ -21,7 +21,7 @@ import json
 import pytest
 
 from faultutil import ENV_DIR, nodes_stage, wait_healthy
-from labutil import docker_exec, group_hosts, http
+from labutil import docker_exec, group_hosts, http, router_workers
 from loadloop import RequestLoop
 
 LOOP_PAUSE = 2.5  # test_rolling_upgrade.py: longer than the 1 s a vLLM CPU worker spins after a step
@@ -45,7 +45,7 @@ def _kv_config(container, name):
     return [line for line in env.splitlines() if line.startswith("VLLM_KV_TRANSFER_CONFIG=")][0]
 
 
-def test_a_mode_switch_restarts_the_fleet_node_by_node(inventory, instances, router_url, api_key, hostvars):
+def test_a_mode_switch_restarts_the_fleet_node_by_node(inventory, instances, router_url, client_key, hostvars):
     urls = [url for (_host, _container, _inst, url) in instances]
     if not wait_healthy(urls + [router_url], timeout=120):
         pytest.skip("the lab's instances or router do not answer /health (is the lab up?)")
@@ -53,7 +53,7 @@ def test_a_mode_switch_restarts_the_fleet_node_by_node(inventory, instances, rou
     assert all(_server(c) == ["active", "enabled"] for c in nodes), [_server(c) for c in nodes]
     before = dict((url, _engine_window(container, inst["name"])) for (_h, container, inst, url) in instances)
     served = hostvars[instances[0][0]]["kvcache_served_model_name"]
-    loop = RequestLoop(router_url, api_key, served, streams=1, pause=LOOP_PAUSE).start()
+    loop = RequestLoop(router_url, client_key, served, streams=1, pause=LOOP_PAUSE).start()
     try:
         assert loop.wait_ok(3, timeout=120), loop.summary()
         served_before = len(loop.ok())
@@ -98,7 +98,8 @@ def test_a_mode_switch_restarts_the_fleet_node_by_node(inventory, instances, rou
     # and the router has every instance back as soon as the playbook ends (stop 31's CI: the
     # router still answered 503, one instance out, in the next test after the switch back)
     assert http(router_url + "/health")[0] == 200
-    status, text = http(router_url + "/list_workers")
+    # (the worker API is on the router host's loopback only: read it there)
+    status, text = router_workers(inventory, hostvars)
     assert status == 200 and sorted(json.loads(text)["urls"]) == sorted(urls), text
     assert all(_server(c) == ["active", "enabled"] for c in nodes), [_server(c) for c in nodes]
     assert all("LMCacheMPConnector" in _kv_config(container, inst["name"])

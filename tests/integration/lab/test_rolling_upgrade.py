@@ -53,7 +53,7 @@ def main_pids(instances):
                 for (host, container, inst, url) in instances)
 
 
-def test_rolling_model_upgrade_loses_no_request(instances, hostvars, router_url, api_key):
+def test_rolling_model_upgrade_loses_no_request(instances, hostvars, router_url, api_key, client_key):
     urls = [url for (host, container, inst, url) in instances]
     if not wait_healthy(urls + [router_url], timeout=120):
         pytest.skip("the lab's instances or router do not answer /health (is the lab up?)")
@@ -67,7 +67,7 @@ def test_rolling_model_upgrade_loses_no_request(instances, hostvars, router_url,
     # The pause is longer than the 1 s a vLLM worker spins (sched_yield) after each step
     # before it sleeps (vllm shm_broadcast SpinCondition): at 0.5 s the serving node's worker
     # held a core at 100% and the other node's engine took 6 min instead of 40 s to start.
-    loop = RequestLoop(router_url, api_key, served, streams=1, pause=LOOP_PAUSE).start()
+    loop = RequestLoop(router_url, client_key, served, streams=1, pause=LOOP_PAUSE).start()
     try:
         assert loop.wait_ok(3, timeout=120), loop.summary()
         change = ("kvcache_model=%s" % new_model, "kvcache_served_model_name=%s" % served)

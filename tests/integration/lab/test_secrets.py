@@ -26,7 +26,8 @@ import runnerjob
 from labutil import ROOT, container_name, docker_exec, group_hosts
 
 SECRETS_DIR = os.path.join(ROOT, "build", "lab", "secrets")
-SECRET_FILES = (("api key", "api-key"), ("S3 access key", "s3-access-key"), ("S3 secret key", "s3-secret-key"))
+SECRET_FILES = (("api key", "api-key"), ("client key", "client-api-key"), ("S3 access key", "s3-access-key"),
+                ("S3 secret key", "s3-secret-key"))
 SCAN_TIMEOUT = 900
 # The trees the roles write to on the hosts (roles/*/defaults, tasks, templates).
 WORLD_READABLE_ROOTS = "/etc /opt /srv /usr/local /var/lib/kvcache* /var/log/kvcache* /run/kvcache*"

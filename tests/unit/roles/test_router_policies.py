@@ -107,6 +107,10 @@ def run(layers, cases, exprs=None, checks=None):
     return json.loads(proc.stdout)
 
 
+FAKE_CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+FAKE_KEY = "-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n"
+CLIENT_KEY = "c" * 40
+ENGINE_KEY = "e" * 40
 NODES = ["gpu-a01", "gpu-a02"]
 BACKENDS = [{"host": "gpu-a01", "url": "http://10.0.0.11:8000", "model": "llama"},
             {"host": "gpu-a02", "url": "http://10.0.0.12:8000", "model": "llama"}]
@@ -121,6 +125,9 @@ def router_layers(node_vars=None):
         "router_host": "10.0.0.5", "__router_backends": BACKENDS, "__router_ca_bundle": "/etc/ssl/ca.pem",
         "groups": {"kvcache_nodes": NODES, "kvcache_router": ["router-1"]}, "hostvars": hostvars,
         "router_preflight": True,  # as playbooks/preflight.yml: the engine lookup is not an input check
+        # the TLS front's inputs (PEM text; tests/unit/roles/test_router_front.py checks the refusals)
+        "router_tls_cert": FAKE_CERT, "router_tls_key": FAKE_KEY, "router_client_api_keys": [CLIENT_KEY],
+        "kvcache_api_key": ENGINE_KEY,
     }
     return [load("router", "defaults", "main.yml"), load("router", "vars", "main.yml"), run_vars]
 
@@ -182,7 +189,8 @@ def test_production_stack_parser_takes_every_routing_logic(ps_rendered, ps_parse
     assert args.service_discovery == "static"
     assert args.static_backends == "http://10.0.0.11:8000,http://10.0.0.12:8000"
     assert args.static_models == "llama,llama"
-    assert args.host == "10.0.0.5" and args.port == 8001
+    # on loopback only: clients reach it through the TLS front on router_host:router_port
+    assert args.host == "127.0.0.1" and args.port == 18101
     assert args.static_backend_health_checks is case.get("router_static_backend_health_checks", True)
     if args.static_backend_health_checks:
         assert args.static_model_types == "chat,chat"
@@ -251,7 +259,7 @@ def test_vllm_router_parser_takes_every_policy(vr_rendered, vr_module, name):
     parsed = vr_parse(vr_module, vr_rendered[name])
     assert parsed.policy == name.split()[0]
     assert parsed.worker_urls == ["http://10.0.0.11:8000", "http://10.0.0.12:8000"]
-    assert (parsed.host, parsed.port, parsed.prometheus_port) == ("10.0.0.5", 8001, 29000)
+    assert (parsed.host, parsed.port, parsed.prometheus_host, parsed.prometheus_port) == ("127.0.0.1", 18101, "127.0.0.1", 29101)
     expected = VR_TUNED if name == "cache_aware tuned" else {
         "router_cache_threshold": 0.3, "router_balance_abs_threshold": 64, "router_balance_rel_threshold": 1.5,
         "router_eviction_interval_secs": 120, "router_max_tree_size": 33554432}

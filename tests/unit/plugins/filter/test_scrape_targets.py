@@ -91,10 +91,11 @@ def test_lmcache_mode_per_host_overrides_the_fleet_value():
     assert scrape_targets({"n1": {}}, ["n1"], "lmcache_mp", DEFAULTS) == []
 
 
-def test_router_port_depends_on_the_implementation():
+def test_router_metrics_are_on_the_fronts_metrics_port_for_both_implementations():
+    # the client port (router_port) is the TLS front, which refuses /metrics
     got = scrape_targets(HOSTVARS, ["router", "router2"], "router", DEFAULTS)
     assert got == [
-        {"targets": ["10.0.0.10:8001"],
+        {"targets": ["10.0.0.10:29000"],
          "labels": labels("router", "router", "router", kvcache_router_implementation="production_stack")},
         {"targets": ["10.0.0.20:29000"],
          "labels": labels("router", "router2", "router2", kvcache_router_implementation="vllm_router")},
@@ -132,8 +133,8 @@ def test_bad_arguments():
         scrape_targets(HOSTVARS, "gpu1", "vllm")
     with pytest.raises(AnsibleFilterError, match="host nope is not in hostvars"):
         scrape_targets(HOSTVARS, ["nope"], "vllm")
-    with pytest.raises(AnsibleFilterError, match="host r: router_port is 'x'"):
-        scrape_targets({"r": {"router_port": "x"}}, ["r"], "router")
+    with pytest.raises(AnsibleFilterError, match="host r: router_metrics_port is 'x'"):
+        scrape_targets({"r": {"router_metrics_port": "x"}}, ["r"], "router")
 
 
 def test_registered_as_a_filter():
