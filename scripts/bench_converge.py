@@ -299,6 +299,8 @@ def docker_run_argv(host, image, volumes, network=SIM_NETWORK):
             "--label", SIM_LABEL, "--network", network, "--ip", host["address"],
             "--env", "container=docker", "--stop-signal", "SIGRTMIN+3", "--shm-size", "1g",
             "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
+            # NET_ADMIN: kvcache_firewall loads its nftables table in the node's network namespace.
+            "--cap-add", "NET_ADMIN",
             "--volume", "/sys/fs/cgroup:/sys/fs/cgroup:ro"]
     for volume in volumes:
         argv += ["--volume", volume]

@@ -63,6 +63,8 @@ def test_docker_run_argv_uses_own_network_and_label():
     assert argv[argv.index("--ip") + 1] == "172.29.110.11"
     assert argv[argv.index("--label") + 1] == conv.SIM_LABEL
     assert "/a:/a:ro" in argv and argv[-2:] == ["img:1", "/lib/systemd/systemd"]
+    # The firewall role loads nftables in the node's namespace, as on the lab's containers.
+    assert argv[argv.index("--cap-add") + 1] == "NET_ADMIN"
 
 
 PROFILE = """
