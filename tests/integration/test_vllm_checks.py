@@ -29,7 +29,7 @@ def vllm_checks(tmp_path):
         shim = shim_dir / "nvidia-smi"
         if not shim.exists():
             shim.symlink_to(os.path.join(FLEET, "shims", "nvidia-smi"))
-        data = {"vllm_bind_address": "127.0.0.1", "kvcache_api_key": "test-key-not-secret",
+        data = {"vllm_bind_address": "127.0.0.1", "kvcache_api_key": "test-key-not-a-secret-0123456789abcdef",
                 "kvcache_model": "meta-llama/Llama-3.1-8B-Instruct"}
         data.update(extra_vars)
         vars_file = tmp_path / "vars.yml"
@@ -79,3 +79,67 @@ def test_the_fix_it_names_passes(vllm_checks):
     """The same node at the TP the message proposes: the checks pass (the test can tell)."""
     rc, out, recap = vllm_checks({"kvcache_tensor_parallel_size": 2})
     assert rc == 0 and recap["failed"] == 0 and recap["changed"] == 0, out[-3000:]
+
+
+def test_a_short_api_key_is_refused_naming_the_fix(vllm_checks):
+    """Issue #32 item 4: a key shorter than 32 characters is refused before any host changes
+    (the old check refused only an empty key, and this run passed)."""
+    rc, out, recap = vllm_checks({"kvcache_tensor_parallel_size": 2, "kvcache_api_key": "short-key-31-chars-0123456789ab"})
+    assert rc != 0 and recap and recap["failed"] == 1 and recap["changed"] == 0, out[-3000:]
+    assert "Host gpu-node: kvcache_api_key is shorter than 32 characters" in out, out[-3000:]
+    assert "a random key of 32 characters or more in vault as kvcache_api_key" in out, out[-3000:]
+    assert "short-key-31-chars" not in out, "the key itself was printed"
+
+
+def test_client_limits_out_of_range_or_set_twice_are_refused(vllm_checks):
+    """Issue #35 item 4: the limits a client cannot exceed are checked before any host changes:
+    each problem named with its variable, in one message."""
+    rc, out, recap = vllm_checks({
+        "kvcache_tensor_parallel_size": 2, "vllm_max_tokens": -1, "vllm_max_num_seqs": 8, "vllm_max_n": 9,
+        "vllm_extra_args": ["--max-num-seqs=64", "--enable-prefix-caching"],
+        "vllm_extra_env": {"VLLM_MAX_N_SEQUENCES": "100"}})
+    assert rc != 0 and recap and recap["failed"] == 1 and recap["changed"] == 0, out[-3000:]
+    for fragment in (
+            "Host gpu-node: vllm_max_tokens is -1 (0 for no cap but the context length, else at least 1)",
+            "vllm_max_n 9 is above vllm_max_num_seqs 8",
+            "vllm_extra_args or an instance's extra_args set --max-num-seqs=64, which the limits render",
+            "vllm_extra_env or an instance's env sets VLLM_MAX_N_SEQUENCES: set vllm_max_n instead",
+            'Fix: correct those variables (docs/roles/vllm.md, "Limits")'):
+        assert fragment in out, "%r not in:\n%s" % (fragment, out[-3000:])
+    assert "--enable-prefix-caching" not in out.split("Host gpu-node: vllm_max_tokens")[1][:600]
+
+
+def test_client_limits_of_the_wrong_type_are_refused(vllm_checks):
+    rc, out, recap = vllm_checks({"kvcache_tensor_parallel_size": 2, "vllm_max_tokens": "lots"})
+    assert rc != 0 and recap and recap["failed"] == 1, out[-3000:]
+    assert "vllm_max_tokens" in out and "lots" in out, out[-3000:]
+
+
+def test_client_limits_at_zero_leave_the_flags_to_extra_args(vllm_checks):
+    """A limit at 0 renders no flag, so the same flag in vllm_extra_args is the operator's own."""
+    rc, out, recap = vllm_checks({"kvcache_tensor_parallel_size": 2, "vllm_max_num_seqs": 0,
+                                  "vllm_extra_args": ["--max-num-seqs", "64"]})
+    assert rc == 0 and recap["failed"] == 0, out[-3000:]
+
+
+def test_engine_guard_and_sandbox_settings_that_cannot_run_are_refused(vllm_checks):
+    """Issue #32 items 2 and 5: an open-path list without /health (the router's health checks and the
+    role's wait would get 401), a path that is not one, an env that would replace the guard's module
+    path, and a model the sandbox hides (ProtectHome) are refused, each named, before any host changes."""
+    rc, out, recap = vllm_checks({
+        "kvcache_tensor_parallel_size": 2, "vllm_guard_open_paths": ["/metrics", "ping me"],
+        "vllm_extra_env": {"PYTHONPATH": "/srv/mine"}, "kvcache_model": "/home/ops/models/llama"})
+    assert rc != 0 and recap and recap["failed"] == 1 and recap["changed"] == 0, out[-3000:]
+    for fragment in (
+            'Host gpu-node: vllm_guard_open_paths ["/metrics", "ping me"] lacks /health',
+            'vllm_guard_open_paths holds ["ping me"] (each an exact path starting with /, no spaces)',
+            "vllm_extra_env or an instance's env sets PYTHONPATH, which the unit sets for the engine guard",
+            "kvcache_model /home/ops/models/llama is under /home, /root or /run/user, which vllm_sandbox hides",
+            'Fix: correct those variables (docs/roles/vllm.md, "Engine guard" and "Sandbox")'):
+        assert fragment in out, "%r not in:\n%s" % (fragment, out[-3000:])
+
+
+def test_the_model_under_home_passes_without_the_sandbox(vllm_checks):
+    rc, out, recap = vllm_checks({"kvcache_tensor_parallel_size": 2, "vllm_sandbox": False,
+                                  "kvcache_model": "/home/ops/models/llama", "vllm_model_must_exist": False})
+    assert rc == 0 and recap["failed"] == 0, out[-3000:]

@@ -41,7 +41,7 @@ def test_everything_passes_and_the_router_is_skipped():
     assert report["failed_required"] == []
     assert report["causes"] == []
     # only whitelisted settings are copied from the nodes' files
-    assert "KVCACHE_LMCACHE_CONFIG_SHA1" not in json.dumps(report)
+    assert "KVCACHE_LMCACHE_CONFIG_FINGERPRINT" not in json.dumps(report)
 
 
 def test_tier_unwritable_for_the_service_user_fails_stage_2():
