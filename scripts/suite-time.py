@@ -70,7 +70,7 @@ def table(total=None):
     for name, seconds, result in rows:
         print("%-*s  %8s  %s" % (width, name, seconds, result))
     if total is not None:
-        print("%-*s  %8d  (%.1f min)" % (width, "total (.ci/run wall time)", total, total / 60.0))
+        print("%s  %8d  (%.1f min)" % ("total (.ci/run wall time)".ljust(width), int(total), total / 60.0))
     failed = sum(1 for row in rows if row[2] != "passed")
     print("suites: %d passed, %d failed" % (len(rows) - failed, failed))
     return 0
