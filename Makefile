@@ -140,6 +140,12 @@ test: ## Everything CI runs: check, molecule, integration, the GPU contract, the
 # build/suite-times.tsv; .ci/run ends with the table (issue #39; budget: docs/development.md).
 TIMED = python3 scripts/suite-time.py run
 
+# The lanes' shared prerequisites are made once, here, before the lanes start: two sub-makes
+# each making the tool venv at once broke a cold run (pip of one lane ran in the venv the other
+# was creating).
+test-check test-gpu-contract-venv: venv
+test-containers test-controller: venv image
+
 test-check:
 	@$(TIMED) check -- $(MAKE) --no-print-directory check
 

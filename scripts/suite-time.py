@@ -35,7 +35,8 @@ def _append(name, seconds, result):
 def run(name, argv):
     start = time.monotonic()
     try:
-        code = subprocess.call(argv)
+        # close_fds=False: a make under it keeps the parent make's jobserver (-j2)
+        code = subprocess.call(argv, close_fds=False)
     except OSError as exc:
         sys.stderr.write("suite-time: %s: %s\n" % (name, exc))
         code = 127
