@@ -254,6 +254,7 @@ def node_vars(pip_sources, api_key, ca_certificates):
         "kvcache_model": MODELS_PATH + "/tiny-qwen2",
         "kvcache_served_model_name": "tiny-qwen2",
         "kvcache_hash_seed": 123,
+        "kvcache_hash_seed_allow_public": True,  # simulated nodes: nobody else writes their tier
         "kvcache_chunk_size": 256,
         "kvcache_tensor_parallel_size": 1,
         "kvcache_tier": "fs",

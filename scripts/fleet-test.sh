@@ -122,6 +122,7 @@ vault = yaml.safe_load(open("inventories/example/group_vars/all/vault.yml.exampl
 # example's placeholder, and any key shorter than 32 characters).
 import secrets
 vault["vault_kvcache_api_key"] = secrets.token_urlsafe(33)
+vault["vault_kvcache_hash_seed"] = secrets.randbelow(2**32)
 # The router's TLS front: a throw-away self-signed certificate and a client key.
 import datetime, ipaddress
 from cryptography import x509

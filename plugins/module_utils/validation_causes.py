@@ -271,7 +271,8 @@ def detect_config_causes(causes, instance_configs, lmcache_by_node, fs_by_node, 
             causes.add("hash_seed_mismatch",
                        "PYTHONHASHSEED differs between instances (%s)%s" % (
                            _describe_values(seeds),
-                           "; the fleet's kvcache_hash_seed is %s" % want if want is not None else ""),
+                           "; %s do not run with the fleet's kvcache_hash_seed (values are not shown: the seed "
+                           "is a fleet secret)" % ", ".join(_label(c) for c in odd) if want is not None else ""),
                        hosts=[c["host"] for c in odd], evidence=_describe_values(seeds))
         for key, cause_id, what in (("model", "model_mismatch", "--model"),
                                     ("tensor_parallel_size", "tp_mismatch", "--tensor-parallel-size"),

@@ -129,6 +129,41 @@ def instance_config(host, name, env_text):
     }
 
 
+FLEET_SEED = "the fleet's seed"
+UNSET_SEEDS = (None, "", "random")
+
+
+def label_seeds(instance_configs, expected):
+    """Replace each PYTHONHASHSEED read from the nodes by a label, and the fleet's by FLEET_SEED.
+
+    The seed is a fleet secret (LMCache object names derive from it; docs/security.md), so
+    the report, its causes and its Markdown name which instances share a seed, never its value:
+    the fleet's own value is FLEET_SEED, any other is 'another seed #N' (equal values, equal N),
+    and an unset or 'random' seed keeps its (public) value. Returns (configs, expected), copies.
+    """
+    expected = dict(expected or {})
+    want = expected.get("hash_seed")
+    want = None if want in UNSET_SEEDS else str(want)
+    others = {}
+    out = []
+    for config in instance_configs:
+        if not config:
+            out.append(config)
+            continue
+        config = dict(config)
+        seed = config.get("hash_seed")
+        if seed not in UNSET_SEEDS:
+            seed = str(seed)
+            if seed == want:
+                config["hash_seed"] = FLEET_SEED
+            else:
+                config["hash_seed"] = others.setdefault(seed, "another seed #%d" % (len(others) + 1))
+        out.append(config)
+    if want is not None:
+        expected["hash_seed"] = FLEET_SEED
+    return out, expected
+
+
 def lmcache_settings(text):
     """The sharing-relevant keys of an LMCache config (secrets never copied)."""
     out = {"readable": False, "error": None, "chunk_size": None, "remote_url": None, "remote_storage_plugins": None,

@@ -33,6 +33,7 @@ from ansible_collections.kvcache.offload.plugins.module_utils.validation_inputs 
 from ansible_collections.kvcache.offload.plugins.module_utils.validation_settings import (
     fs_mount_state,
     instance_config,
+    label_seeds,
     lmcache_settings,
     node_env_files,
     node_lmcache_text,
@@ -741,6 +742,8 @@ def build_report(run, expected, instances, nodes, stages, settings):
                    "%s: %s" % (row["host"], row["reason"]), hosts=[row["host"]])
         node_rows.append({"host": row["host"], "lmcache": None, "fs_tier": None, "reachable": None,
                           "validated": False, "reason": row["reason"]})
+    # the seeds are compared and reported as labels from here on: the value is a fleet secret
+    instance_configs, expected = label_seeds(instance_configs, expected)
     detect_config_causes(causes, instance_configs, lmcache_by_node, fs_by_node, expected, tier)
 
     stages = stages or {}

@@ -23,8 +23,38 @@ PLAYBOOK = os.path.join(ROOT, "playbooks", "preflight.yml")
 INVENTORY = os.path.join(ROOT, "inventories", "lab")
 
 
+@pytest.fixture(scope="session")
+def lab_tls_stand_in(tmp_path_factory):
+    """A throw-away certificate and key where the lab inventory looks for the router's (kvcache_lab_tls_dir).
+
+    The lab's own are made by playbooks/lab_up.yml, which may be running beside this suite in
+    make test (or not have run at all on a clean clone); this suite must not depend on it or touch it.
+    """
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    path = tmp_path_factory.mktemp("lab-tls")
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "preflight test (throw-away)")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (path / "router.crt").write_bytes(pem)
+    (path / "ca.crt").write_bytes(pem)
+    (path / "router.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                        serialization.NoEncryption()))
+    (path / "router.key").chmod(0o600)
+    return str(path)
+
+
 @pytest.fixture
-def preflight(tmp_path):
+def preflight(tmp_path, lab_tls_stand_in):
     """Run the preflight playbook on the lab inventory (local connection, --check); return (rc, output, recaps)."""
 
     def run(extra_vars=None, kernel=""):
@@ -38,7 +68,8 @@ def preflight(tmp_path):
         python = tmp_path / "python"
         python.write_text("#!/bin/sh\nPYTHONPATH=%s KVCACHE_TEST_KERNEL='%s' exec %s \"$@\"\n" % (site, kernel, sys.executable))
         python.chmod(0o755)
-        data = {"ansible_connection": "local", "ansible_python_interpreter": str(python)}
+        data = {"ansible_connection": "local", "ansible_python_interpreter": str(python),
+                "kvcache_lab_tls_dir": lab_tls_stand_in}
         data.update(extra_vars or {})
         vars_file = tmp_path / "vars.json"
         vars_file.write_text(json.dumps(data))
@@ -93,6 +124,20 @@ def test_a_string_where_lmcache_wants_a_boolean_is_refused(preflight):
     text = assert_refused(preflight({"lmcache_extra_config": {"save_unfull_chunk": "false"}}),
                           "lmcache_extra_config.save_unfull_chunk is 'false' (string)", "true or false, unquoted")
     assert "Host lab-node1" in text and "Host lab-node2" in text
+
+
+def test_a_public_hash_seed_is_refused_on_every_node(preflight):
+    """Issue #33 item 2: the lab's examples used 123, which passed (the well-known value lets a tier
+    writer compute object names and plant KV)."""
+    text = assert_refused(preflight({"kvcache_hash_seed": 123}),
+                          "kvcache_hash_seed is a well-known value (123", "keep it in vault as vault_kvcache_hash_seed")
+    assert "Host lab-node1" in text and "Host lab-node2" in text
+
+
+def test_seeds_that_differ_name_the_nodes_not_the_values(preflight):
+    text = assert_refused(preflight({"kvcache_hash_seed": "{{ 1879048201 if inventory_hostname == 'lab-node1' else 1879048202 }}"}),
+                          "kvcache_hash_seed differs between the nodes that share the KV tier: lab-node1, lab-node2 (values not shown")
+    assert "1879048201" not in text and "1879048202" not in text
 
 
 NFS = {"kvcache_mount_type": "nfs", "kvcache_mount_server": "192.0.2.10", "kvcache_fs_path": "/mnt/kvcache-preflight-test"}

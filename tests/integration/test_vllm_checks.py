@@ -30,6 +30,7 @@ def vllm_checks(tmp_path):
         if not shim.exists():
             shim.symlink_to(os.path.join(FLEET, "shims", "nvidia-smi"))
         data = {"vllm_bind_address": "127.0.0.1", "kvcache_api_key": "test-key-not-a-secret-0123456789abcdef",
+                "kvcache_hash_seed": 1879048201,
                 "kvcache_model": "meta-llama/Llama-3.1-8B-Instruct"}
         data.update(extra_vars)
         vars_file = tmp_path / "vars.yml"
@@ -89,6 +90,28 @@ def test_a_short_api_key_is_refused_naming_the_fix(vllm_checks):
     assert "Host gpu-node: kvcache_api_key is shorter than 32 characters" in out, out[-3000:]
     assert "a random key of 32 characters or more in vault as kvcache_api_key" in out, out[-3000:]
     assert "short-key-31-chars" not in out, "the key itself was printed"
+
+
+@pytest.mark.parametrize("seed,problem", [
+    ("", "kvcache_hash_seed is not set"),
+    (0, "kvcache_hash_seed is a well-known value (0: the LMCache operator's"),
+    (123, "kvcache_hash_seed is a well-known value (123: the vLLM production-stack chart's value"),
+    ("12ab", "kvcache_hash_seed is not a decimal integer from 0 to 4294967295"),
+    (4294967296, "kvcache_hash_seed is not a decimal integer from 0 to 4294967295"),
+])
+def test_a_missing_or_public_hash_seed_is_refused_naming_the_fix(vllm_checks, seed, problem):
+    """Issue #33 item 2: the seed names LMCache's objects, so a public one lets a tier writer plant KV.
+    The old default (0) and the examples' 123 passed these checks."""
+    rc, out, recap = vllm_checks({"kvcache_tensor_parallel_size": 2, "kvcache_hash_seed": seed})
+    assert rc != 0 and recap and recap["failed"] == 1 and recap["changed"] == 0, out[-3000:]
+    assert "Host gpu-node: %s" % problem in out, out[-3000:]
+    assert "keep it in vault as vault_kvcache_hash_seed" in out, out[-3000:]
+
+
+def test_a_public_hash_seed_passes_when_the_operator_accepts_it(vllm_checks):
+    rc, out, recap = vllm_checks({"kvcache_tensor_parallel_size": 2, "kvcache_hash_seed": 123,
+                                  "kvcache_hash_seed_allow_public": True})
+    assert rc == 0 and recap["failed"] == 0, out[-3000:]
 
 
 def test_client_limits_out_of_range_or_set_twice_are_refused(vllm_checks):

@@ -20,11 +20,27 @@ def test_hash_seed_differs_fails_stage_4_and_names_the_odd_node():
     assert "hash_seed_mismatch" in s4["causes"]
     cause = [c for c in report["causes"] if c["id"] == "hash_seed_mismatch"][0]
     assert cause["hosts"] == ["lab-node2"]
-    assert "999" in cause["message"] and "123" in cause["message"]
+    # the seed is a fleet secret: the report says who differs, never a value (issue #33)
+    assert "lab-node2/cpu0=another seed #1" in cause["message"], cause
+    assert "lab-node1/cpu0=the fleet's seed" in cause["message"], cause
+    text = json.dumps(report)
+    assert "999" not in text and "123" not in text
+    assert report["fleet"]["expected"]["hash_seed"] == "the fleet's seed"
     assert "2288 external KV tokens" in s4["reason"]
     assert report["result"] == "fail" and report["failed_required"] == ["cross_instance"]
     # the other stages are not blamed on it
     assert stage(report, "tier_write")["status"] == "pass"
+
+
+def test_two_odd_seeds_get_two_labels_and_equal_seeds_one():
+    inputs = good_inputs()
+    inputs["nodes"][0] = node("lab-node1", fixture("lab-node2-cpu0.env").replace("PYTHONHASHSEED=123", "PYTHONHASHSEED=7"))
+    inputs["nodes"][1] = node("lab-node2", fixture("lab-node2-cpu0.env").replace("PYTHONHASHSEED=123", "PYTHONHASHSEED=8"))
+    report = build(inputs)
+    seeds = sorted(c["hash_seed"] for c in report["fleet"]["instances"])
+    assert seeds == ["another seed #1", "another seed #2"], seeds
+    cause = [c for c in report["causes"] if c["id"] == "hash_seed_mismatch"][0]
+    assert sorted(cause["hosts"]) == ["lab-node1", "lab-node2"]
 
 
 def test_unset_seed_model_and_tp_mismatch():

@@ -14,7 +14,8 @@ def test_summary_and_markdown():
     md = render_markdown(report)
     assert md.startswith("# kvcache.offload validation report")
     assert "| 4 | The same prefix on another instance is a hit from the shared tier | PASS |" in md
-    assert "| lab-node2/cpu0 | 123 | /opt/kvcache/models/tiny-qwen2 | 1 | auto | ExampleConnector | none |" in md
+    assert "| lab-node2/cpu0 | the fleet's seed | /opt/kvcache/models/tiny-qwen2 | 1 | auto | ExampleConnector | none |" in md
+    assert "123" not in md  # the seed's value is a fleet secret
 
 
 def test_telemetry_missing_is_a_finding_and_explains_stage_1():
