@@ -52,6 +52,36 @@ def tls_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("double-tls"))
 
 
+@pytest.fixture(scope="session")
+def lab_tls_stand_in(tmp_path_factory):
+    """A throw-away certificate and key where the lab inventory looks for the router's (kvcache_lab_tls_dir).
+
+    The lab's own are made by playbooks/lab_up.yml, which may be running beside this suite in
+    make test (or not have run at all on a clean clone); this suite must not depend on it or touch it.
+    """
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    path = tmp_path_factory.mktemp("lab-tls")
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "preflight test (throw-away)")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (path / "router.crt").write_bytes(pem)
+    (path / "ca.crt").write_bytes(pem)
+    (path / "router.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                        serialization.NoEncryption()))
+    (path / "router.key").chmod(0o600)
+    return str(path)
+
+
 @pytest.fixture
 def run_playbook(tmp_path):
     """Run tests/integration/storage_playbooks/<role>/playbook.yml with extra vars; return the completed process.
