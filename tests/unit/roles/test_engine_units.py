@@ -147,3 +147,15 @@ def test_an_instances_workers_listen_on_loopback():
     assert env["VLLM_HOST_IP"] == "127.0.0.1" and env["VLLM_LOOPBACK_IP"] == "127.0.0.1"
     assert env["GLOO_SOCKET_IFNAME"] == "lo" and env["NCCL_SOCKET_IFNAME"] == "lo"
     assert "--host 10.0.0.1" in env["VLLM_ARGS"]  # the API itself stays on the fleet address
+
+
+@pytest.mark.parametrize("mode,engines_get_keys", [("multiprocess", False), ("inprocess", True)])
+def test_the_s3_keys_go_only_to_the_process_that_uses_them(mode, engines_get_keys):
+    """Issue #33 item 4: in multiprocess mode the LMCache server alone talks to S3, so the engines'
+    unit must not load the S3 keys (it did, in every mode). In in-process mode LMCache runs in the engine."""
+    s3_file = "EnvironmentFile=/etc/kvcache/s3-credentials.env"
+    engine = vllm_unit(vllm_instances=CPU_INSTANCES, kvcache_tier="s3", kvcache_lmcache_mode=mode)
+    assert (s3_file in engine) is engines_get_keys, engine
+    if mode == "multiprocess":
+        assert s3_file in lmcache_unit(vllm_instances=CPU_INSTANCES, kvcache_tier="s3", kvcache_lmcache_mode=mode)
+    assert s3_file not in vllm_unit(vllm_instances=CPU_INSTANCES, kvcache_tier="fs", kvcache_lmcache_mode=mode)
