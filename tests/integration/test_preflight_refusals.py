@@ -12,6 +12,7 @@ ansible_facts.kernel) return KVCACHE_TEST_KERNEL.
 """
 import json
 import os
+import secrets
 import subprocess
 import sys
 
@@ -105,9 +106,11 @@ def test_a_public_hash_seed_is_refused_on_every_node(preflight):
 
 
 def test_seeds_that_differ_name_the_nodes_not_the_values(preflight):
-    text = assert_refused(preflight({"kvcache_hash_seed": "{{ 1879048201 if inventory_hostname == 'lab-node1' else 1879048202 }}"}),
+    # seeds made here: every seed the repository writes is refused as well known
+    one, two = secrets.randbelow(2**31), 2**31 + secrets.randbelow(2**31)
+    text = assert_refused(preflight({"kvcache_hash_seed": "{{ %d if inventory_hostname == 'lab-node1' else %d }}" % (one, two)}),
                           "kvcache_hash_seed differs between the nodes that share the KV tier: lab-node1, lab-node2 (values not shown")
-    assert "1879048201" not in text and "1879048202" not in text
+    assert str(one) not in text and str(two) not in text
 
 
 NFS = {"kvcache_mount_type": "nfs", "kvcache_mount_server": "192.0.2.10", "kvcache_fs_path": "/mnt/kvcache-preflight-test"}
