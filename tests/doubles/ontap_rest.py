@@ -217,6 +217,9 @@ class OntapDouble:
             return (str(record.get("uuid", record.get("id"))) == key
                     or (kind == "nfs_services" and record["svm"]["uuid"] == key))
 
+        if kind == "policies" and method == "GET":
+            # ONTAP embeds a policy's rules in it (fields=rules.index, rules.clients...).
+            records = [dict(r, rules=copy.deepcopy(self.rules[r["id"]])) for r in records]
         if key is None:
             if method == "GET":
                 found = [r for r in records if self._matches(r, query)]

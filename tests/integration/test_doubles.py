@@ -136,6 +136,18 @@ def test_ontap_double_models_the_svm_root_volume_and_its_policy(ontap_at):
     assert call(ontap.server, "GET", "/api/protocols/nfs/export-policies/%d/rules" % policy["id"])[1]["num_records"] == 0
 
 
+def test_ontap_double_embeds_a_policys_rules_like_ontap(ontap_at):
+    """GET export-policies?fields=rules.index returns the policy's rules, as ONTAP does (the role's
+    check that the SVM root volume's policy lets clients in reads them). Failed on the double before
+    issue #33: the policy record had no rules, so that check refused every SVM."""
+    ontap = ontap_at()
+    query = {"svm.name": "svm_kv", "name": "default", "fields": "rules.index"}
+    assert call(ontap.server, "GET", "/api/protocols/nfs/export-policies", query)[1]["records"][0].get("rules", []) == []
+    ontap._create_rules({"clients": [{"match": "10.30.0.0/24"}], "ro_rule": ["sys"], "rw_rule": ["never"]},
+                        ontap.policy("default"))
+    assert call(ontap.server, "GET", "/api/protocols/nfs/export-policies", query)[1]["records"][0]["rules"] == [{"index": 1}]
+
+
 def test_ontap_double_models_lif_and_aggregate_home_nodes(ontap_at):
     ontap = ontap_at()
     lifs = call(ontap.server, "GET", "/api/network/ip/interfaces",

@@ -19,8 +19,12 @@ TCP = {"ontap_nfs_rdma_lifs": [], "kvcache_mount_proto": "tcp"}
 OLD_RELEASE = dict(TCP, ontap_nfs_trunking=False)
 
 
-def start(tls_dir, version=(9, 14, 1), **kwargs):
-    return OntapDouble(tls_dir, version=version, **kwargs).start()
+def start(tls_dir, version=(9, 14, 1), root_rule=True, **kwargs):
+    """The double, by default with the read-only rule an NFS SVM's root volume policy has."""
+    double = OntapDouble(tls_dir, version=version, **kwargs).start()
+    if root_rule:
+        let_clients_through_the_root_volume(double)
+    return double
 
 
 @pytest.fixture
@@ -28,6 +32,27 @@ def ontap(tls_dir):
     double = start(tls_dir)
     yield double
     double.stop()
+
+
+# The GPU nodes of storage_playbooks/ontap_nfs/inventory.yml, as the export rule must name them:
+# each by its own storage-network address, a host match (issue #33).
+NODES = [{"match": "10.30.0.21/32"}, {"match": "10.30.0.22/32"}]
+# The tier's rule: NFSv4, sys auth, root squashed (issue #33: superuser none by default).
+TIER_RULE = {"protocols": ["nfs4"], "superuser": ["none"], "ro_rule": ["sys"], "rw_rule": ["sys"]}
+# The only rule the role may add to the SVM root volume's policy, and only when asked.
+ROOT_RULE = {"protocols": ["nfs4"], "superuser": ["none"], "ro_rule": ["sys"], "rw_rule": ["never"]}
+
+
+def let_clients_through_the_root_volume(ontap):
+    """What the storage team has done on an SVM that serves NFS: a read-only rule in the root
+    volume's policy (ONTAP's `default`). The role checks it is there and adds none by default."""
+    ontap._create_rules({"clients": [{"match": "10.30.0.0/24"}], "protocols": ["nfs4"], "ro_rule": ["sys"],
+                         "rw_rule": ["never"], "superuser": ["none"]}, ontap.policy("default"))
+
+
+def rule_posts(ontap, policy):
+    return [r for r in mutating(ontap) if r.call == "POST /api/protocols/nfs/export-policies/%d/rules"
+            % ontap.policy(policy)["id"]]
 
 
 def role_vars(ontap, **extra):
@@ -54,15 +79,16 @@ def calls_of(ontap):
     return [r.call for r in mutating(ontap)]
 
 
-def first_run_calls(ontap, version):
+def first_run_calls(ontap, version, root_volume_rule=False):
     service = "/api/protocols/nfs/services"
     rules = "/api/protocols/nfs/export-policies/%d/rules"
     kvcache, default = ontap.policy("kvcache")["id"], ontap.policy("default")["id"]
     calls = ["POST " + service]
     if version >= (9, 14, 1):
         calls.append("PATCH %s/%s" % (service, ontap.svm["uuid"]))
-    calls += ["POST /api/protocols/nfs/export-policies", "POST " + rules % kvcache,
-              "PATCH %s/1" % (rules % kvcache), "POST " + rules % default, "POST /api/storage/volumes"]
+    calls += ["POST /api/protocols/nfs/export-policies", "POST " + rules % kvcache, "PATCH %s/1" % (rules % kvcache)]
+    calls += ["POST " + rules % default] if root_volume_rule else []
+    calls += ["POST /api/storage/volumes"]
     if version >= (9, 14, 1):
         calls.append("PATCH /api/network/ip/interfaces/" + ontap.lif("kv_data1")["uuid"])
     return calls
@@ -77,6 +103,9 @@ def test_first_run_and_rerun(tls_dir, run_playbook, version):
     0:0 on the rerun after the nodes' chown, the root volume's policy got no rule, the SVM no
     trunking and no transfer size, the export rule named the nodes' management addresses
     (10.20.0.x), and 9.12.1 got RDMA on its LIF.
+
+    Issue #33, failed on the role before it: the tier's rule let root through (superuser sys),
+    named the nodes by bare address, and a rule was added to the root volume's policy by default.
     """
     ontap = start(tls_dir, version)
     try:
@@ -94,13 +123,12 @@ def test_first_run_and_rerun(tls_dir, run_playbook, version):
             assert changes[-1]["body"] == {"rdma_protocols": ["roce"]}
         by_call = {r.call: r for r in changes}
         kvcache, default = ontap.policy("kvcache")["id"], ontap.policy("default")["id"]
-        # One rule for both GPU nodes, from their storage-network addresses (not ansible_host).
-        clients = [{"match": "10.30.0.21"}, {"match": "10.30.0.22"}]
-        assert by_call["POST /api/protocols/nfs/export-policies/%d/rules" % kvcache]["body"] == {
-            "protocols": ["nfs4"], "superuser": ["sys"], "ro_rule": ["sys"], "rw_rule": ["sys"], "clients": clients}
-        # The SVM root volume's policy lets the same clients through, read-only, no root.
-        assert by_call["POST /api/protocols/nfs/export-policies/%d/rules" % default]["body"] == {
-            "protocols": ["nfs4"], "superuser": ["none"], "ro_rule": ["sys"], "rw_rule": ["never"], "clients": clients}
+        # One rule for both GPU nodes, each by its storage-network address (not ansible_host) as a
+        # host match, root squashed.
+        assert by_call["POST /api/protocols/nfs/export-policies/%d/rules" % kvcache]["body"] == dict(TIER_RULE, clients=NODES)
+        # The SVM root volume's policy is left alone (it already lets the nodes through).
+        assert "POST /api/protocols/nfs/export-policies/%d/rules" % default not in by_call
+        assert len(ontap.rules[default]) == 1
         assert by_call["POST /api/storage/volumes"]["body"] == {
             "name": "kvcache", "svm.name": "svm_kv", "aggregates": [{"name": "aggr1"}],
             "size": 200 * 1024 ** 3, "snapshot_policy.name": "none", "nas.unix_permissions": "770",
@@ -188,14 +216,12 @@ def test_rdma_stays_node_local(ontap, run_playbook, extra, says):
 
 def test_flexgroup_spreads_over_the_aggregates(ontap, run_playbook):
     result = run_playbook("ontap_nfs", role_vars(
-        ontap, ontap_nfs_flexgroup=True, ontap_nfs_aggregate="", ontap_nfs_flexgroup_aggregates=["aggr1", "aggr2"],
-        ontap_nfs_clients=["10.30.0.0/24"], **TCP))
+        ontap, ontap_nfs_flexgroup=True, ontap_nfs_aggregate="", ontap_nfs_flexgroup_aggregates=["aggr1", "aggr2"], **TCP))
     assert result.returncode == 0, result.stdout[-4000:]
     volume = [r for r in mutating(ontap) if r.call == "POST /api/storage/volumes"][0]
     assert volume["body"]["aggregates"] == [{"name": "aggr1"}, {"name": "aggr2"}]
     assert volume["body"]["constituents_per_aggregate"] == 4
-    rules = [r for r in mutating(ontap) if r.call.endswith("/rules")]
-    assert [r["body"]["clients"] for r in rules] == [[{"match": "10.30.0.0/24"}]] * 2
+    assert [r["body"]["clients"] for r in rule_posts(ontap, "kvcache")] == [NODES]
 
 
 def test_nodes_without_a_storage_address_are_refused(ontap, run_playbook):
@@ -210,12 +236,81 @@ def test_nodes_without_a_storage_address_are_refused(ontap, run_playbook):
     assert ontap.server.requests == []
 
 
-def test_root_volume_policy_is_only_checked_when_asked(ontap, run_playbook):
-    """ontap_nfs_open_root_volume_policy false: an empty root policy refuses every client, so the role fails."""
-    result = run_playbook("ontap_nfs", role_vars(ontap, ontap_nfs_open_root_volume_policy=False))
-    assert result.returncode != 0
-    assert "root volume has no rule" in flat(result.stdout) and "Fix:" in flat(result.stdout)
-    assert ontap.rules[ontap.policy("default")["id"]] == []
+def test_root_volume_policy_is_only_checked_by_default(tls_dir, run_playbook):
+    """By default (ontap_nfs_open_root_volume_policy false) the role adds no rule to the root volume's
+    policy: an empty one refuses every client, so the role fails, before any change, naming the rule
+    to add (the nodes' host matches) and the variable.
+
+    Issue #33, failed on the role before it: it added a rule to `default` (true by default) and went on.
+    """
+    ontap = start(tls_dir, root_rule=False)
+    try:
+        result = run_playbook("ontap_nfs", role_vars(ontap))
+        out = flat(result.stdout)
+        assert result.returncode != 0, out[-3000:]
+        assert "root volume has no rule" in out and "Fix:" in out
+        assert "-clientmatch 10.30.0.21/32,10.30.0.22/32" in out and "ontap_nfs_open_root_volume_policy: true" in out
+        assert mutating(ontap) == []
+        assert ontap.rules[ontap.policy("default")["id"]] == []
+    finally:
+        ontap.stop()
+
+
+def test_root_volume_rule_when_asked_is_read_only_for_the_same_nodes(tls_dir, run_playbook):
+    """ontap_nfs_open_root_volume_policy true: one rule in the root volume's policy, read-only, root
+    squashed, for exactly the nodes' host matches (no subnet); a rerun changes nothing.
+
+    Issue #33, failed on the role before it: the rule named the nodes by bare address.
+    """
+    ontap = start(tls_dir, root_rule=False)
+    try:
+        asked = role_vars(ontap, ontap_nfs_open_root_volume_policy=True)
+        result = run_playbook("ontap_nfs", asked)
+        assert result.returncode == 0, result.stdout[-4000:]
+        assert calls_of(ontap) == first_run_calls(ontap, (9, 14, 1), root_volume_rule=True)
+        assert [r["body"] for r in rule_posts(ontap, "default")] == [dict(ROOT_RULE, clients=NODES)]
+        ontap.volume("kvcache")["nas"].update(uid=2470, gid=2470, unix_permissions=770)
+        ontap.server.clear()
+        result = run_playbook("ontap_nfs", asked)
+        assert result.returncode == 0, result.stdout[-4000:]
+        assert mutating(ontap) == []
+    finally:
+        ontap.stop()
+
+
+def test_a_subnet_only_when_the_operator_names_it(ontap, run_playbook):
+    """ontap_nfs_client_cidrs adds the named subnet to the nodes' host matches, nothing wider.
+
+    Issue #33, failed on the role before it: it had no ontap_nfs_client_cidrs (the rule named the nodes only,
+    by bare address).
+    """
+    result = run_playbook("ontap_nfs", role_vars(ontap, ontap_nfs_client_cidrs=["10.30.0.0/24"]))
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert [r["body"] for r in rule_posts(ontap, "kvcache")] == [dict(TIER_RULE, clients=NODES + [{"match": "10.30.0.0/24"}])]
+    assert rule_posts(ontap, "default") == []
+
+
+@pytest.mark.parametrize("bad, says", [
+    ({"ontap_nfs_client_cidrs": ["0.0.0.0/0"]}, "ontap_nfs_client_cidrs '0.0.0.0/0' lets in every IPv4 host"),
+    ({"ontap_nfs_client_cidrs": ["10.0.0.0/8"]}, "ontap_nfs_client_cidrs '10.0.0.0/8' is wider than /16"),
+    ({"ontap_nfs_client_cidrs": ["::/0"]}, "ontap_nfs_client_cidrs '::/0' lets in every IPv6 host"),
+    ({"ontap_nfs_clients": ["10.30.0.0/24"]}, "ontap_nfs_clients item '10.30.0.0/24' is a subnet"),
+    ({"ontap_nfs_client_address": "10.30.0.0/24"}, "gpu-a's ontap_nfs_client_address '10.30.0.0/24' is a subnet"),
+    ({"ontap_nfs_clients": ["@gpu-netgroup"]}, "ontap_nfs_clients item '@gpu-netgroup' is not an IPv4 or IPv6 address"),
+], ids=["all-ipv4", "slash-8", "all-ipv6", "subnet-as-client", "subnet-as-node-address", "netgroup"])
+def test_export_clients_wider_than_the_nodes_are_refused(ontap, run_playbook, bad, says):
+    """Issue #33: a subnet only when named in ontap_nfs_client_cidrs, never 0.0.0.0/0 or wider than the floor;
+    node addresses are addresses. Refused before any request, naming the host, the variable and the fix.
+
+    Failed on the role before it: each of these was exported to as given (or ontap_nfs_client_cidrs ignored).
+    """
+    result = run_playbook("ontap_nfs", role_vars(ontap, **bad))
+    out = flat(result.stdout)
+    assert result.returncode != 0, out[-3000:]
+    assert ontap.server.requests == []
+    assert "Host controller: the tier's export rule would let in more than the GPU nodes" in out
+    assert says in out and "Fix:" in out
+    assert PASSWORD not in result.stdout + result.stderr
 
 
 def test_tls_with_the_site_ca(ontap, run_playbook):

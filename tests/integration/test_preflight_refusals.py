@@ -153,3 +153,20 @@ def test_async_loading_on_the_in_process_s3_tier_is_refused(preflight):
                                      "lmcache_extra_config": {"enable_async_loading": True}}),
                           "async loading is on", "kvcache_tier s3", "Fix: remove enable_async_loading")
     assert "Host lab-node1" in text and "Host lab-node2" in text
+
+
+# The storage management settings a production inventory adds (nothing is contacted: preflight runs
+# the roles' checks only). The lab's nodes get one storage address each way (-e reaches every host).
+ONTAP = {"ontap_nfs_hostname": "cluster.example.com", "ontap_nfs_username": "admin", "ontap_nfs_password": "secret",
+         "ontap_nfs_svm": "svm_kv", "ontap_nfs_aggregate": "aggr1", "ontap_nfs_client_address": "10.30.0.21"}
+
+
+@pytest.mark.parametrize("extra, says", [
+    ({"ontap_nfs_client_cidrs": ["0.0.0.0/0"]}, "ontap_nfs_client_cidrs '0.0.0.0/0' lets in every IPv4 host"),
+    ({"ontap_nfs_clients": ["10.0.0.0/8"]}, "ontap_nfs_clients item '10.0.0.0/8' is a subnet"),
+], ids=["cidr-all", "subnet-as-client"])
+def test_an_export_wider_than_the_nodes_is_refused(preflight, extra, says):
+    """Issue #33: the ONTAP export names each node by its address; a subnet only in ontap_nfs_client_cidrs,
+    and never 0.0.0.0/0. Failed on the code before it: preflight passed both (the rule took them as given)."""
+    text = assert_refused(preflight(dict(ONTAP, **extra)), says, "ontap_nfs_client_cidrs")
+    assert "Host localhost" in text

@@ -13,6 +13,9 @@ from tests.integration.conftest import ROOT, fleet_default, recap
 @pytest.fixture
 def appliances(tls_dir):
     ontap = OntapDouble(tls_dir, version=(9, 19, 1)).start()
+    # The storage team's read-only rule in the SVM root volume's policy (the role adds none by default).
+    ontap._create_rules({"clients": [{"match": "10.30.0.0/24"}], "protocols": ["nfs4"], "ro_rule": ["sys"],
+                         "rw_rule": ["never"], "superuser": ["none"]}, ontap.policy("default"))
     grid = StorageGridDouble(tls_dir, version="11.8.0").start()
     yield ontap, grid
     ontap.stop()
@@ -46,6 +49,14 @@ def test_storage_stage_rerun_after_the_nodes_stage_changes_nothing(appliances, r
     result = run_playbook("storage_stage", stage_vars(ontap, grid, tmp_path), **run)
     assert result.returncode == 0, result.stdout[-4000:]
     assert ontap.volume("kvcache") and grid.containers and grid.lifecycle
+    # Issue #33: the tier's export rule squashes root and names each node by a host match; the root
+    # volume's policy is left alone. Failed on the roles before it: superuser sys, bare addresses, and
+    # a second rule in `default`.
+    rules = {ontap.policy(p)["id"]: p for p in ("kvcache", "default")}
+    posted = [(rules[int(r.call.split("/")[-2])], r["body"]) for r in ontap.server.requests
+              if r["method"] == "POST" and r.call.endswith("/rules")]
+    assert posted == [("kvcache", {"protocols": ["nfs4"], "superuser": ["none"], "ro_rule": ["sys"], "rw_rule": ["sys"],
+                                   "clients": [{"match": "10.30.0.21/32"}, {"match": "10.30.0.22/32"}]})]
 
     # The nodes stage: kvcache_mount (storage play) gives the mounted root to the service user.
     ontap.volume("kvcache")["nas"].update(uid=fleet_default("kvcache_service_uid"),

@@ -90,3 +90,35 @@ def test_ontap_lets_the_default_mounts_through():
     """ONTAP's own default maximum (65536) would cut the TCP mounts' 262144 down silently."""
     largest = max(int(render("{{ kvcache_mount_rsize }}", FLEET, MOUNT, kvcache_mount_proto=p)) for p in ("rdma", "tcp"))
     assert load(ONTAP)["ontap_nfs_max_transfer_size"] >= largest
+
+
+def test_the_tier_is_mounted_data_only():
+    """Issue #33: nosuid,nodev,noexec on the NFS mount by default; an empty list leaves them out.
+
+    Failed on the role before it: the mount had none of them.
+    """
+    for proto in ("rdma", "tcp"):
+        options = render("{{ kvcache_mount_options }}", FLEET, MOUNT, kvcache_mount_proto=proto).split(",")
+        assert options[-3:] == ["nosuid", "nodev", "noexec"]
+    options = render("{{ kvcache_mount_options }}", FLEET, MOUNT, kvcache_mount_security_options=[]).split(",")
+    assert not {"nosuid", "nodev", "noexec"} & set(options)
+
+
+def test_the_export_squashes_root_and_leaves_the_root_volume_alone():
+    """Issue #33: superuser none (the volume root is the service user's already), no root-volume rule,
+    no subnet, by default. Failed on the role before it: superuser sys, a rule in the root volume's
+    policy, and no ontap_nfs_client_cidrs."""
+    ontap = load(ONTAP)
+    assert ontap["ontap_nfs_rule_superuser"] == ["none"]
+    assert ontap["ontap_nfs_open_root_volume_policy"] is False
+    assert ontap["ontap_nfs_client_cidrs"] == []
+
+
+def test_root_on_the_nodes_needs_nothing_from_the_tier():
+    """With root squashed, the nodes' tasks on the mounted tier must not need root there: kvcache_mount
+    changes the mode as the owner (runuser), and chowns (as root) only when the owner is wrong."""
+    tasks = load("roles/kvcache_mount/tasks/nfs.yml")
+    chmod = next(t for t in tasks if t["name"].startswith("Set the cache directory's mode"))
+    assert chmod["ansible.builtin.command"]["argv"][:4] == ["runuser", "-u", "{{ kvcache_mount_owner }}", "--"]
+    chown = next(t for t in tasks if t["name"].startswith("Give the cache directory to the service user"))
+    assert any("stat.uid !=" in condition for condition in chown["when"])
