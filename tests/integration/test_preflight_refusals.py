@@ -170,3 +170,15 @@ def test_an_export_wider_than_the_nodes_is_refused(preflight, extra, says):
     and never 0.0.0.0/0. Failed on the code before it: preflight passed both (the rule took them as given)."""
     text = assert_refused(preflight(dict(ONTAP, **extra)), says, "ontap_nfs_client_cidrs")
     assert "Host localhost" in text
+
+
+def test_a_tenant_api_over_http_is_refused(preflight):
+    """Issue #33: the StorageGRID tenant password would cross the network in clear text. Failed on the code
+    before it: preflight passed (and the role logged in over http)."""
+    text = assert_refused(preflight({"storagegrid_s3_tenant_api_url": "http://admin.grid.example.com",
+                                     "storagegrid_s3_tenant_account_id": "12345678901234567890",
+                                     "storagegrid_s3_tenant_username": "root", "storagegrid_s3_tenant_password": "pw",
+                                     "storagegrid_s3_key_user": "user/kvcache"}),
+                          "storagegrid_s3_tenant_api_url is http://admin.grid.example.com",
+                          "storagegrid_s3_tenant_allow_plain_http: true")
+    assert "Host localhost" in text

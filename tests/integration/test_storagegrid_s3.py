@@ -192,6 +192,8 @@ def test_wrong_tenant_password_is_reported(grid, run_playbook, tmp_path):
     ({"storagegrid_s3_expiration_days": 0}, "storagegrid_s3_expiration_days"),
     ({"storagegrid_s3_tenant_api_url": ""}, "kvcache_s3_access_key"),
     ({"storagegrid_s3_abort_incomplete_multipart_days": 1}, "storagegrid_s3_abort_incomplete_multipart_days"),
+    # Issue #33: the tenant password in clear text; failed on the role before it (it logged in over http).
+    ({"storagegrid_s3_tenant_api_url": "http://admin.grid.example.com"}, "storagegrid_s3_tenant_allow_plain_http"),
 ])
 def test_bad_input_fails_before_any_request(grid, run_playbook, tmp_path, bad, variable):
     result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path, **bad))
