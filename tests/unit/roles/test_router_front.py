@@ -108,6 +108,34 @@ def test_the_engines_key_replaces_the_clients(rendered):
     assert _client_ok(keys, "Bearer " + CLIENT_KEY) == "1"
 
 
+@pytest.fixture(scope="module")
+def rendered_ps():
+    layers = router_layers()
+    layers.append(dict(FRONT_RUN, router_implementation="production_stack"))
+    return run(layers, [{}], exprs={"conf": _template("front-nginx.conf.j2"), "env": _template("router.env.j2")})[0]
+
+
+def test_production_stack_reaches_each_engine_through_the_key_gateway(rendered_ps):
+    """production-stack 0.1.12 sends its backend health checks with no key (its
+    utils.is_model_healthy); the front's key gateway gives each engine a loopback port that
+    adds the engines' key, and the router's --static-backends are those ports."""
+    conf = rendered_ps["conf"]
+    gateways = conf.split("\n    server {")[3:]
+    assert len(gateways) == 2, conf
+    for port, (gateway, engine) in zip((18200, 18201), zip(gateways, ("http://10.0.0.11:8000", "http://10.0.0.12:8000"))):
+        assert "listen 127.0.0.1:%d;" % port in gateway
+        assert len(re.findall(r"^\s*listen ", gateway, re.M)) == 1, gateway
+        assert "proxy_set_header Authorization $kvcache_engine_authorization;" in gateway
+        assert "proxy_pass %s;" % engine in gateway
+    # the router itself holds no key
+    assert ENGINE_KEY not in rendered_ps["env"] and "API_KEY" not in rendered_ps["env"]
+
+
+def test_vllm_router_has_no_key_gateway(rendered):
+    assert len(rendered[0]["conf"].split("\n    server {")) == 3
+    assert "18200" not in rendered[0]["conf"]
+
+
 # --- preflight refusals (tasks/checks.yml) --------------------------------------------------
 
 CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -128,6 +156,10 @@ REFUSALS = {
     "the internal port on the client port": ({"router_internal_port": 8001}, "must differ"),
     "a metrics source that is no address": ({"router_metrics_allowed_sources": ["monitoring.example.com"]}, "router_metrics_allowed_sources"),
     "an API path that is no path": ({"router_front_api_paths": ["/v1/chat/completions", "v1 models"]}, "router_front_api_paths"),
+    "production_stack on a bridge network": ({"router_implementation": "production_stack", "router_container_network": "kvcache"},
+                                             "router_container_network is 'kvcache'"),
+    "a key gateway port on the router's own": ({"router_implementation": "production_stack", "router_engine_gateway_port_base": 18100},
+                                               "must not hold the router's own ports [18101]"),
 }
 
 

@@ -187,13 +187,17 @@ def test_production_stack_parser_takes_every_routing_logic(ps_rendered, ps_parse
     case = PS_CASES[name]
     assert args.routing_logic == case.get("router_routing_logic", "prefixaware")
     assert args.service_discovery == "static"
-    assert args.static_backends == "http://10.0.0.11:8000,http://10.0.0.12:8000"
+    # through the front's key gateway on loopback, one port per backend (production-stack's
+    # health checks carry no key; the gateway adds the engines' key)
+    assert args.static_backends == "http://127.0.0.1:18200,http://127.0.0.1:18201"
     assert args.static_models == "llama,llama"
     # on loopback only: clients reach it through the TLS front on router_host:router_port
     assert args.host == "127.0.0.1" and args.port == 18101
     assert args.static_backend_health_checks is case.get("router_static_backend_health_checks", True)
     if args.static_backend_health_checks:
         assert args.static_model_types == "chat,chat"
+        # upstream's default interval (60 s) keeps a restarting instance in rotation for a minute
+        assert (args.static_backend_health_check_interval, args.static_backend_health_check_timeout_seconds) == (10, 10)
     assert args.session_key == case.get("router_session_key")
     assert args.prefix_min_match_length == case.get("router_prefix_min_match_length", 0)
     if name == "kvaware":
