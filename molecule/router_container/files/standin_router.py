@@ -13,6 +13,7 @@ and then every --static-backend-health-check-interval seconds (default 60) it PO
 request for the backend's model type ("chat": /v1/chat/completions, messages "Hello",
 max_tokens 3) with only a Content-Type header, NO Authorization (upstream sends none), and
 routes to the backends that answered 2xx with JSON only. With none left it answers 503.
+GET /engines lists the backends it routes to, as upstream's does (no URLs, one card each).
 """
 import argparse
 import itertools
@@ -54,6 +55,7 @@ lock = threading.Lock()
 served = {"requests": 0}
 # Backends the last health check found unhealthy (upstream: unhealthy_endpoint_hashes).
 unhealthy = set()
+STARTED = int(time.time())
 TEST_PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 TEST_PAYLOADS = {
     "chat": {"messages": [{"role": "user", "content": "Hello"}], "temperature": 0.0, "max_tokens": 3},
@@ -108,6 +110,13 @@ class Handler(BaseHTTPRequestHandler):
             return self._reply(200, b'{"status":"healthy"}')
         if path == "/metrics":
             return self._reply(200, ("vllm_router_requests_total %d\n" % served["requests"]).encode(), "text/plain")
+        if path == "/engines":
+            # upstream main_router.get_engine_instances: one card per endpoint it routes to
+            # (get_endpoint_info leaves out the unhealthy ones)
+            with lock:
+                cards = [{"engine_id": "engine-%d" % i, "serving_models": [m], "created": STARTED}
+                         for i, (b, m) in enumerate(zip(backends, models)) if b not in unhealthy]
+            return self._reply(200, json.dumps(cards).encode())
         if path == "/v1/models":
             data = [{"id": m, "object": "model", "owned_by": "vllm"} for m in sorted(set(models))]
             return self._reply(200, json.dumps({"object": "list", "data": data}).encode())

@@ -112,7 +112,26 @@ def test_the_engines_key_replaces_the_clients(rendered):
 def rendered_ps():
     layers = router_layers()
     layers.append(dict(FRONT_RUN, router_implementation="production_stack"))
-    return run(layers, [{}], exprs={"conf": _template("front-nginx.conf.j2"), "env": _template("router.env.j2")})[0]
+    results = run(layers, [{}, {"__router_front_draining": ["http://10.0.0.12:8000"]}],
+                  exprs={"conf": _template("front-nginx.conf.j2"), "env": _template("router.env.j2"),
+                         "drain": _template("front-drain.conf.j2")})
+    return dict(results[0], drain_one=results[1]["drain"])
+
+
+def test_the_drain_list_fails_only_the_routers_keyless_health_checks_of_listed_engines(rendered_ps):
+    """playbooks/tasks/router_drain.yml lists a restarting node's engines: the gateway answers
+    503 to a keyless POST (production-stack's health check) for them, and forwards the rest."""
+    conf = rendered_ps["conf"]
+    assert "include /etc/kvcache-router/front/drain.conf;" in conf
+    gateways = conf.split("\n    server {")[3:]
+    for gateway, engine in zip(gateways, ("http://10.0.0.11:8000", "http://10.0.0.12:8000")):
+        assert 'set $kvcache_backend "%s";' % engine in gateway
+        assert re.search(r"if \(\$kvcache_drain_refuse\) \{\s*return 503 ", gateway), gateway
+    empty, one = rendered_ps["drain"], rendered_ps["drain_one"]
+    assert 'map "$kvcache_backend|$request_method|$http_authorization" $kvcache_drain_refuse {' in empty
+    assert re.findall(r'^\s*"(.*)" 1;$', empty, re.M) == []
+    # the key a matched string would need: backend URL, POST, and no Authorization at all
+    assert re.findall(r'^\s*"(.*)" 1;$', one, re.M) == ["http://10.0.0.12:8000|POST|"]
 
 
 def test_production_stack_reaches_each_engine_through_the_key_gateway(rendered_ps):
@@ -133,7 +152,7 @@ def test_production_stack_reaches_each_engine_through_the_key_gateway(rendered_p
 
 def test_vllm_router_has_no_key_gateway(rendered):
     assert len(rendered[0]["conf"].split("\n    server {")) == 3
-    assert "18200" not in rendered[0]["conf"]
+    assert "18200" not in rendered[0]["conf"] and "drain.conf" not in rendered[0]["conf"]
 
 
 # --- preflight refusals (tasks/checks.yml) --------------------------------------------------
