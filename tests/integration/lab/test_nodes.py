@@ -6,11 +6,19 @@ the key kept out of units, `systemctl show`, the journal and command lines, and 
 computed on one instance served to the other from the shared tier.
 """
 import json
+import os
 import time
 
-from labutil import docker_exec, http, metric
+from labutil import ROOT, docker_exec, http, metric
 
 CONF_DIR = "/etc/kvcache/vllm"
+# The fleet's hash seed: a secret the lab generates once (inventories/lab/group_vars/all/kvcache.yml).
+HASH_SEED_FILE = os.path.join(ROOT, "build", "lab", "secrets", "hash-seed")
+
+
+def _lab_hash_seed():
+    with open(HASH_SEED_FILE, encoding="utf-8") as handle:
+        return str(int(handle.read().strip()))
 
 
 def test_units_and_files(instances):
@@ -28,7 +36,7 @@ def test_units_and_files(instances):
         assert modes[1].startswith("640 root kvcache"), "%s: %s" % (host, modes[1])
         env = docker_exec(container, "cat", "%s/%s.env" % (CONF_DIR, inst["name"])).stdout
         for line in ("LMCACHE_TRACK_USAGE=false", "DO_NOT_TRACK=1", "VLLM_NO_USAGE_STATS=1",
-                     "PYTHONHASHSEED=123", "HF_HUB_OFFLINE=1"):
+                     "PYTHONHASHSEED=%s" % _lab_hash_seed(), "HF_HUB_OFFLINE=1"):
             assert line in env.splitlines(), "%s: %s missing from the instance settings" % (host, line)
         assert "PROMETHEUS_MULTIPROC_DIR=/run/kvcache-vllm-%s/prometheus" % inst["name"] in env
         assert '"kv_load_failure_policy":"recompute"' in env
