@@ -177,6 +177,8 @@ REFUSALS = {
     "an API path that is no path": ({"router_front_api_paths": ["/v1/chat/completions", "v1 models"]}, "router_front_api_paths"),
     "production_stack on a bridge network": ({"router_implementation": "production_stack", "router_container_network": "kvcache"},
                                              "router_container_network is 'kvcache'"),
+    "an image digest that is no digest": ({"router_implementation": "production_stack", "router_image_digest": "sha256:ABC"},
+                                          "router_image_digest is 'sha256:ABC', not a digest"),
     "a key gateway port on the router's own": ({"router_implementation": "production_stack", "router_engine_gateway_port_base": 18100},
                                                "must not hold the router's own ports [18101]"),
 }
