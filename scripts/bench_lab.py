@@ -15,15 +15,40 @@ import json
 import os
 import random
 import secrets
+import ssl
 import statistics
 import subprocess
 import sys
 import time
 import urllib.request
 
+import yaml
+
 from bench_common import ROOT, _f, log, ratio
 
-LAB_NODES = (("kvcache-lab-node1", "http://172.29.100.11:8000"), ("kvcache-lab-node2", "http://172.29.100.12:8000"))
+# The lab's engines serve TLS when its inventory says so (kvcache_engine_tls), verified against
+# the lab CA (LAB SUBSTITUTE, playbooks/lab_up.yml).
+LAB_CA_FILE = os.path.join(ROOT, "build", "lab", "tls", "ca.crt")
+
+
+def _engine_scheme():
+    path = os.path.join(ROOT, "inventories", "lab", "group_vars", "all", "lab_tls.yml")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return "https" if (yaml.safe_load(handle) or {}).get("kvcache_engine_tls") is True else "http"
+    except OSError:
+        return "http"
+
+
+SCHEME = _engine_scheme()
+CA_PATH = LAB_CA_FILE if SCHEME == "https" else None
+LAB_NODES = (("kvcache-lab-node1", SCHEME + "://172.29.100.11:8000"), ("kvcache-lab-node2", SCHEME + "://172.29.100.12:8000"))
+
+
+def _context():
+    return ssl.create_default_context(cafile=CA_PATH) if CA_PATH else None
+
+
 # The LMCache server's HTTP port on every lab node (lmcache_mp_http_port, loopback only).
 LMCACHE_METRICS_URL = "http://127.0.0.1:8080/metrics"
 # Room the prompt leaves in the context for the chat template and the one answer token.
@@ -63,7 +88,7 @@ def lab_status(timeout=5):
         return False, "cannot read the lab API key: %s" % exc, None, []
     for _name, url in LAB_NODES:
         try:
-            with urllib.request.urlopen(url + "/health", timeout=timeout) as resp:
+            with urllib.request.urlopen(url + "/health", timeout=timeout, context=_context()) as resp:
                 if resp.status != 200:
                     return False, "%s/health answered %s" % (url, resp.status), None, []
         except Exception as exc:  # pylint: disable=broad-except
@@ -73,7 +98,7 @@ def lab_status(timeout=5):
 
 def _served_model(http_client, url, api_key):
     """(served model name, max_model_len or None) from /v1/models."""
-    resp = http_client.open_request(url + "/v1/models", api_key=api_key, timeout=10, deadline=20)
+    resp = http_client.open_request(url + "/v1/models", api_key=api_key, timeout=10, deadline=20, ca_path=CA_PATH)
     with resp:
         data = json.loads(resp.read(limit=1 << 20).decode())
     return data["data"][0]["id"], data["data"][0].get("max_model_len")
@@ -124,7 +149,7 @@ def _wait_healthy(urls, timeout=600):
         healthy = 0
         for url in urls:
             try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+                with urllib.request.urlopen(url + "/health", timeout=5, context=_context()) as resp:
                     healthy += resp.status == 200
             except Exception:  # pylint: disable=broad-except
                 pass
@@ -137,7 +162,7 @@ def _wait_healthy(urls, timeout=600):
 def _by_source(http_client, prom, url):
     """{source: tokens} of vllm:prompt_tokens_by_source on one instance's /metrics ({} on error)."""
     try:
-        resp = http_client.open_request(url + "/metrics", timeout=10, deadline=20, accept="text/plain")
+        resp = http_client.open_request(url + "/metrics", timeout=10, deadline=20, accept="text/plain", ca_path=CA_PATH)
         with resp:
             text = resp.read(limit=16 << 20).decode("utf-8", errors="replace")
         return prom.snapshot(text)["summary"].get("prompt_tokens_by_source") or {}
@@ -167,7 +192,8 @@ def measure_tier(args, libs, model, max_model_len, urls, api_key, deadline):
 
     def ask(url, text, tag):
         body = chat.build_body(model, text, "Answer %s in one word." % tag, max_tokens=1, temperature=0.0)
-        return chat.run_round(url + "/v1/chat/completions", body, api_key=api_key, timeout=120, deadline=180)
+        return chat.run_round(url + "/v1/chat/completions", body, api_key=api_key, timeout=120, deadline=180,
+                              ca_path=CA_PATH)
 
     # calibrate words per token with one request (the tiny model's tokenizer is trained locally)
     probe = ask(node1, make_words(run_id + "-cal", 400), "calibrate")

@@ -19,7 +19,9 @@ description:
     C(vllm_instances), else the role's derivation from the node's GPU count (C(vllm_gpu_count), else
     C(ansible_facts.gpu_facts.count)) and C(kvcache_tensor_parallel_size), ports from C(vllm_base_port).
   - The URL is C(<scheme>://<address>:<port>), where the address is the host's C(ansible_host)
-    (the inventory name when unset); IPv6 addresses are put in brackets.
+    (the inventory name when unset); IPv6 addresses are put in brackets. The scheme is
+    C(https) for a host whose C(kvcache_engine_tls) is true (its engines serve TLS), else C(http),
+    unless I(scheme) names one for every host.
   - The model name is the host's C(kvcache_served_model_name), else its C(kvcache_model), else
     I(default_model). A backend whose model cannot be found has C(model=None), so the caller can
     fail with a message that names the host.
@@ -39,9 +41,10 @@ options:
     elements: str
     required: true
   scheme:
-    description: URL scheme of the instances.
+    description:
+      - URL scheme of every instance. Unset or empty - each host's own, from its C(kvcache_engine_tls)
+        (the kvcache role's default when the host does not set it).
     type: str
-    default: http
   default_model:
     description: Model name for hosts that define neither C(kvcache_served_model_name) nor C(kvcache_model).
     type: str
@@ -78,9 +81,13 @@ _value:
       type: str
 """
 
+import functools
+import os
 from collections.abc import Mapping
 
+import yaml
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
     InstancesError,
@@ -88,6 +95,27 @@ from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances imp
 )
 
 _MODEL_VARS = ("kvcache_served_model_name", "kvcache_model")
+KVCACHE_DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                                "roles", "kvcache", "defaults", "main.yml")
+
+
+@functools.lru_cache(maxsize=None)
+def _engine_tls_default(path=KVCACHE_DEFAULTS):
+    """The kvcache role's default of kvcache_engine_tls (read from the role: one place)."""
+    with open(path, encoding="utf-8") as handle:
+        return bool(boolean((yaml.safe_load(handle) or {}).get("kvcache_engine_tls", False), strict=True))
+
+
+def engine_scheme(hvars):
+    """https when the host's engines serve TLS (kvcache_engine_tls), else http."""
+    value = _lookup(hvars, "kvcache_engine_tls")
+    if value is None:
+        return "https" if _engine_tls_default() else "http"
+    try:
+        return "https" if boolean(value, strict=True) else "http"
+    except TypeError:
+        raise AnsibleFilterError(
+            "router_backends: kvcache_engine_tls is %r, not a boolean. Fix: set kvcache_engine_tls to true or false." % (value,))
 
 
 def _lookup(hvars, key):
@@ -108,7 +136,7 @@ def _address(host, hvars):
     return address
 
 
-def router_backends(hostvars, groups, scheme="http", default_model=None, defaults=None):
+def router_backends(hostvars, groups, scheme=None, default_model=None, defaults=None):
     """Return [{url, model, host, instance}] for every instance of every host in groups."""
     if groups is None:
         groups = []
@@ -147,7 +175,7 @@ def router_backends(hostvars, groups, scheme="http", default_model=None, default
                 raise AnsibleFilterError(
                     "router_backends: host %s: vllm_instances[%d] has port %r. "
                     "Fix: set port to an integer 1-65535 for that instance." % (host, index, port))
-            url = "%s://%s:%d" % (scheme, address, port_number)
+            url = "%s://%s:%d" % (scheme or engine_scheme(hvars), address, port_number)
             if url in seen:
                 raise AnsibleFilterError(
                     "router_backends: host %s: vllm_instances[%d] has the same URL %s as %s. "

@@ -89,14 +89,17 @@ def turn_order(sessions, turns, order="session", seed="0"):
 def run_sessions(router_url, urls, model, sessions=4, turns=3, prefix_tokens=2048, seed="0", run_id="", max_tokens=4,
                  api_key=None, headers=None, timeout=60.0, metrics_timeout=10.0, settle_retries=3,
                  validate_certs=True, ca_path=None, order="session", prefix_tokens_by_session=None, order_seed=None,
-                 stop_after_failures=1):
+                 stop_after_failures=1, instance_ca_path=None):
     """Send the sessions through the router one request at a time; {"requests": [...], "elapsed": s}.
 
     order: "session" or "shuffled" (turn_order, seeded by order_seed, else seed);
     prefix_tokens_by_session: {session: prefix tokens} overriding prefix_tokens.
     stop_after_failures: stop after this many failed requests (0: never), so a broken router or
     instance costs one request timeout, not one per request; "stopped" says so.
+    instance_ca_path: the CA the instances' metrics are verified with (engines with TLS have their
+    own CA); default ca_path.
     """
+    instance_ca = instance_ca_path or ca_path
     started = time.monotonic()
     url = router_url.rstrip("/") + "/v1/chat/completions"
     prefixes = {}
@@ -106,7 +109,7 @@ def run_sessions(router_url, urls, model, sessions=4, turns=3, prefix_tokens=204
     requests = []
     failures = 0
     stopped = None
-    before = read_all(urls, metrics_timeout, validate_certs, ca_path)
+    before = read_all(urls, metrics_timeout, validate_certs, instance_ca)
     order_list = turn_order(sessions, turns, order, seed if order_seed is None else order_seed)
     for index, (session, turn) in enumerate(order_list):
         if stop_after_failures and failures >= stop_after_failures:
@@ -116,13 +119,13 @@ def run_sessions(router_url, urls, model, sessions=4, turns=3, prefix_tokens=204
         body = build_body(model, prefixes[session], make_suffix(turn, "%s-s%d" % (run_id, session)), max_tokens=max_tokens)
         rnd = run_round(url, body, api_key=api_key, headers=headers, timeout=timeout, deadline=timeout,
                         validate_certs=validate_certs, ca_path=ca_path)
-        after = read_all(urls, metrics_timeout, validate_certs, ca_path)
+        after = read_all(urls, metrics_timeout, validate_certs, instance_ca)
         d = deltas(after, before)
         tries = 0
         while rnd["ok"] and not moved(d) and tries < settle_retries:
             tries += 1
             time.sleep(0.3)
-            after = read_all(urls, metrics_timeout, validate_certs, ca_path)
+            after = read_all(urls, metrics_timeout, validate_certs, instance_ca)
             d = deltas(after, before)
         requests.append({"session": session, "turn": turn, "ok": rnd["ok"], "status": rnd["status"], "ttft": rnd["ttft"],
                          "total": rnd["total"], "error": rnd["error"], "usage": rnd["usage"], "deltas": d})

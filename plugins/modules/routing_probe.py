@@ -72,6 +72,11 @@ options:
       - Tokens generated per request.
     type: int
     default: 4
+  instance_ca_path:
+    description:
+      - CA bundle the instances' C(/metrics) are verified with, when they serve HTTPS with a CA of their own
+        (C(kvcache_engine_tls)). Default O(ca_path).
+    type: path
   metrics_timeout:
     description:
       - Seconds for every C(/metrics) read.
@@ -167,6 +172,7 @@ def argument_spec():
         run_id=dict(type="str", default=""),
         max_tokens=dict(type="int", default=4, no_log=False),
         metrics_timeout=dict(type="float", default=10.0),
+        instance_ca_path=dict(type="path"),
         settle_retries=dict(type="int", default=3),
         workers_path=dict(type="str", default=""),
     )
@@ -199,7 +205,8 @@ def main():
                        prefix_tokens=p["prefix_tokens"], seed=p["seed"], run_id=p["run_id"], max_tokens=p["max_tokens"],
                        api_key=p["api_key"], headers=p["headers"], timeout=p["timeout"],
                        metrics_timeout=p["metrics_timeout"], settle_retries=p["settle_retries"],
-                       validate_certs=p["validate_certs"], ca_path=p["ca_path"])
+                       validate_certs=p["validate_certs"], ca_path=p["ca_path"],
+                       instance_ca_path=p["instance_ca_path"])
     result.update(requests=run["requests"], elapsed=run["elapsed"], stopped=run["stopped"])
     module.exit_json(**result)
 

@@ -54,7 +54,7 @@ def tls_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def lab_tls_stand_in(tmp_path_factory):
-    """A throw-away certificate and key where the lab inventory looks for the router's (kvcache_lab_tls_dir).
+    """A throw-away certificate and key where the lab inventory looks for the router's and the nodes' (kvcache_lab_tls_dir).
 
     The lab's own are made by playbooks/lab_up.yml, which may be running beside this suite in
     make test (or not have run at all on a clean clone); this suite must not depend on it or touch it.
@@ -74,11 +74,13 @@ def lab_tls_stand_in(tmp_path_factory):
             .serial_number(x509.random_serial_number()).not_valid_before(now)
             .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
     pem = cert.public_bytes(serialization.Encoding.PEM)
-    (path / "router.crt").write_bytes(pem)
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     (path / "ca.crt").write_bytes(pem)
-    (path / "router.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                        serialization.NoEncryption()))
-    (path / "router.key").chmod(0o600)
+    # the router's, and each lab node's engine certificate (the lab runs with kvcache_engine_tls)
+    for name in ("router", "lab-node1", "lab-node2"):
+        (path / (name + ".crt")).write_bytes(pem)
+        (path / (name + ".key")).write_bytes(key_pem)
+        (path / (name + ".key")).chmod(0o600)
     return str(path)
 
 

@@ -172,6 +172,22 @@ def test_an_export_wider_than_the_nodes_is_refused(preflight, extra, says):
     assert "Host localhost" in text
 
 
+def test_engine_tls_without_a_certificate_or_key_is_refused(preflight):
+    """Issue #32 item 3 (kvcache_engine_tls): a node without its certificate and key is refused before any
+    change, naming the variables."""
+    text = assert_refused(preflight({"vllm_tls_cert": "", "vllm_tls_key": "/nonexistent/engine.key"}),
+                          "vllm_tls_cert is not set", "vllm_tls_key is '/nonexistent/engine.key', not a readable file")
+    assert "Host lab-node1" in text and "Host lab-node2" in text
+
+
+def test_engine_tls_behind_the_production_stack_router_is_refused(preflight):
+    """Its key gateway would forward to https engines without verifying them: refused, naming the fix."""
+    text = assert_refused(preflight({"router_implementation": "production_stack"}),
+                          "the production-stack router reaches the engines through the front's key gateway",
+                          "router_implementation to vllm_router")
+    assert "Host lab-router" in text
+
+
 def test_a_tenant_api_over_http_is_refused(preflight):
     """Issue #33: the StorageGRID tenant password would cross the network in clear text. Failed on the code
     before it: preflight passed (and the role logged in over http)."""

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from labutil import (API_KEY_FILE, CLIENT_KEY_FILE, INVENTORY, LAB_CA_FILE, ROOT, RouterEndpoint, container_name,
-                     group_hosts)
+                     engine_url, group_hosts)
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +49,7 @@ def instances(hostvars, node_hosts):
     out = []
     for host in node_hosts:
         for inst in hostvars[host]["vllm_instances"]:
-            url = "http://%s:%d" % (hostvars[host]["ansible_host"], inst["port"])
+            url = engine_url(hostvars, host, inst["port"])
             out.append((host, container_name(hostvars, host), inst, url))
     assert len(out) >= 2, "the lab needs two instances for the cross-instance tests"
     return out

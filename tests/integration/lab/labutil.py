@@ -33,6 +33,13 @@ def ssl_context(url, ca=None):
     return ssl.create_default_context(cafile=ca or LAB_CA_FILE)
 
 
+def engine_url(hostvars, host, port):
+    """Base URL of an engine on a lab node: https when the lab runs its engines with TLS
+    (kvcache_engine_tls, verified against the lab CA like the router), else http."""
+    scheme = "https" if str(hostvars[host].get("kvcache_engine_tls", False)).lower() in ("true", "1", "yes") else "http"
+    return "%s://%s:%d" % (scheme, hostvars[host]["ansible_host"], int(port))
+
+
 def group_hosts(inventory, group):
     """Hosts of a group of `ansible-inventory --list` output, children included."""
     hosts = list(inventory.get(group, {}).get("hosts", []))

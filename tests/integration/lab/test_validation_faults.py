@@ -31,7 +31,7 @@ import pytest
 
 from faultutil import (ENV_DIR, S3_PROBE_SERVER_ENV, S3_STORE_CONFIG, S3_STORE_UNIT, cause, lab_s3_keys,
                        run_validate, s3_probe_config, s3_vars, stage, wait_healthy, wait_s3)
-from labutil import container_name, docker_exec, group_hosts
+from labutil import container_name, docker_exec, engine_url, group_hosts
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def instance_urls(hostvars, node_hosts):
     urls = []
     for host in node_hosts:
         for inst in hostvars[host]["vllm_instances"]:
-            urls.append("http://%s:%d" % (hostvars[host]["ansible_host"], inst["port"]))
+            urls.append(engine_url(hostvars, host, inst["port"]))
     if not wait_healthy(urls, timeout=60):
         pytest.skip("the lab's instances do not answer /health (is the lab up?)")
     return urls

@@ -16,7 +16,7 @@ import re
 import pytest
 
 from faultutil import run_validate, stage, wait_healthy
-from labutil import ROOT
+from labutil import ROOT, engine_url
 
 STAGES = ["-e", '{"validation_stages": ["instances", "lmcache_probe"]}']
 PLAYBOOKS = os.path.join(ROOT, "tests", "integration", "lab", "playbooks")
@@ -28,7 +28,7 @@ PROBE_TASK = {"store": TASK % "Nodes | Stage 6, store a synthetic chunk through 
 
 @pytest.fixture(scope="module")
 def instance_urls(hostvars, node_hosts):
-    urls = ["http://%s:%d" % (hostvars[h]["ansible_host"], i["port"])
+    urls = [engine_url(hostvars, h, i["port"])
             for h in node_hosts for i in hostvars[h]["vllm_instances"]]
     if not wait_healthy(urls, timeout=60):
         pytest.skip("the lab's instances do not answer /health (is the lab up?)")

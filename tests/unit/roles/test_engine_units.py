@@ -159,3 +159,26 @@ def test_the_s3_keys_go_only_to_the_process_that_uses_them(mode, engines_get_key
     if mode == "multiprocess":
         assert s3_file in lmcache_unit(vllm_instances=CPU_INSTANCES, kvcache_tier="s3", kvcache_lmcache_mode=mode)
     assert s3_file not in vllm_unit(vllm_instances=CPU_INSTANCES, kvcache_tier="fs", kvcache_lmcache_mode=mode)
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_with_engine_tls_the_key_reaches_the_engine_as_a_credential(tls):
+    """kvcache_engine_tls: the engine serves HTTPS with the node's certificate; its key is read
+    by systemd (root-only on disk) and handed over as a credential, never a file the service
+    user reads; without it, no TLS argument at all."""
+    lines = vllm_unit(vllm_instances=CPU_INSTANCES, kvcache_engine_tls=tls)
+    start = [line for line in lines if line.startswith("ExecStart=")][0]
+    creds = [line for line in lines if line.startswith("LoadCredential=")]
+    if tls:
+        assert creds == ["LoadCredential=engine-tls.key:/etc/kvcache/vllm/tls/engine.key"], creds
+        assert start.endswith(" --ssl-certfile /etc/kvcache/vllm/tls/engine.crt --ssl-keyfile %d/engine-tls.key"), start
+    else:
+        assert not creds and "--ssl" not in start, (creds, start)
+
+
+def test_a_new_engine_certificate_or_key_restarts_the_instance():
+    env = render("vllm", "instance.env.j2", item=CPU_INSTANCES[0],
+                 __kvcache_fingerprints=["a", "b", "c", "d", "cert-fp", "key-fp"], kvcache_engine_tls=True,
+                 vllm_bind_address="10.0.0.1")
+    assert "KVCACHE_ENGINE_TLS_CERT_FINGERPRINT=cert-fp" in env
+    assert "KVCACHE_ENGINE_TLS_KEY_FINGERPRINT=key-fp" in env

@@ -64,6 +64,26 @@ def test_ipv6_and_scheme():
     assert got[0]["url"] == "https://[fd00::5]:8443"
 
 
+@pytest.mark.parametrize("setting,scheme", [
+    (None, "http"),  # the kvcache role's default (read from the role)
+    (False, "http"), ("false", "http"),
+    (True, "https"), ("true", "https"), ("yes", "https"),
+])
+def test_the_scheme_follows_the_hosts_engine_tls(setting, scheme):
+    node = {"ansible_host": "10.0.0.11", "vllm_instances": [{"port": 8000}]}
+    if setting is not None:
+        node["kvcache_engine_tls"] = setting
+    assert router_backends({"n": node}, ["n"])[0]["url"] == "%s://10.0.0.11:8000" % scheme
+    # an explicit scheme (the deprecated router_backend_scheme / validation_instance_scheme) wins
+    assert router_backends({"n": node}, ["n"], scheme="http")[0]["url"] == "http://10.0.0.11:8000"
+
+
+def test_an_engine_tls_that_is_not_a_boolean_names_the_fix():
+    node = {"ansible_host": "10.0.0.11", "vllm_instances": [{"port": 8000}], "kvcache_engine_tls": "maybe"}
+    with pytest.raises(AnsibleFilterError, match="kvcache_engine_tls is 'maybe'.*Fix"):
+        router_backends({"n": node}, ["n"])
+
+
 @pytest.mark.parametrize("instances,fragment", [
     ({"port": 8000}, "must be a list"),
     ("8000", "must be a list"),
