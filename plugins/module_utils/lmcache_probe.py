@@ -266,7 +266,11 @@ def l2_probe(args, out, started, torch):
             emit(out)
             return 0
         cfg = parse_args_to_l2_adapters_config(argparse.Namespace(l2_adapter=[spec]))
-        out["remote_storage_plugins"] = [json.loads(spec).get("type")]
+        parsed = json.loads(spec)
+        # the lmcache role's half-open S3 adapter goes through LMCache's plugin adapter: an s3 L2 all the same
+        out["remote_storage_plugins"] = ["s3" if parsed.get("type") == "plugin"
+                                         and str(parsed.get("class_name", "")).endswith("S3L2Adapter")
+                                         else parsed.get("type")]
         size = 256 * 1024  # float32 elements: a 1 MiB object
         buffer = torch.empty(2 * size, dtype=torch.float32)
         adapter = create_l2_adapter(cfg.adapters[0], l1_memory_desc=L1MemoryDesc(

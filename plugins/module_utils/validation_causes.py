@@ -162,6 +162,14 @@ CAUSES = {
     "gds_probe_failed": ("error", ("gds_path",),
                          "LMCache's GdsBackend could not store or load the probe chunk (or it came back different): "
                          "the error names the stage; cuFile errors (compat mode off) show a missing GDS path."),
+    "lmcache_l2_disabled": ("error", ("tier_write", "cross_instance", "router", "lmcache_probe"),
+                            "The node's LMCache server has given up on its L2 store: its S3 adapter's circuit breaker "
+                            "opened after 3 connection errors in a row and stores and loads nothing, though the store "
+                            "may answer again. With lmcache_s3_retry_after_seconds > 0 (the default, the collection's "
+                            "half-open adapter) it tries again by itself that many seconds after it opened: validate again "
+                            "then. With 0 (LMCache 0.5.6's own adapter) it never does: mark the node's server for the rolling "
+                            "restart (touch /etc/kvcache/lmcache-server.restart-pending on the node) and run "
+                            "playbooks/nodes.yml, which restarts it and its engines node by node, drained from the router."),
     "s3_expired_false_hits": ("warning", ("local_hit", "cross_instance", "router"),
                               "LMCache 0.5.6's S3 connector caches the size of every object an engine stored or found, "
                               "for the life of the process: once the bucket's expiration rule deletes the object, that "
@@ -456,6 +464,25 @@ def _probe_causes(causes, result, host):
         return
     if not causes_from_text(causes, text, host=host) and result.get("stage") in ("lookup", "compare", "load"):
         causes.add("tier_error", "%s: %s" % (host, result.get("error")), hosts=[host])
+
+
+def detect_l2_disabled(causes, host, adapters):
+    """L2 adapters of a node's LMCache server whose circuit breaker is open (error lmcache_l2_disabled).
+
+    adapters: storage_manager.l2_adapters of the server's GET /status (None when not read)."""
+    if not isinstance(adapters, list):
+        return []
+    found = []
+    for index, adapter in enumerate(adapters):
+        if isinstance(adapter, dict) and adapter.get("connection_disabled"):
+            found.append("%s: adapter %d (%s, %s) has its circuit breaker open after %s connection failures%s" % (
+                host, index, adapter.get("type") or "?", adapter.get("endpoint") or "no endpoint",
+                adapter.get("connection_failures"),
+                "; it tries S3 again %s s after it opened" % adapter["retry_after_seconds"]
+                if adapter.get("retry_after_seconds") else "; it never tries again until the server restarts"))
+    for text in found:
+        causes.add("lmcache_l2_disabled", text, hosts=[host])
+    return found
 
 
 def detect_expired_false_hits(causes, host, uptime, expiration_days):

@@ -213,6 +213,10 @@ def lmcache_server_settings(text, out):
     except ValueError:
         out["error"] = "--chunk-size is not a number: %s" % flag("--chunk-size")
         return out
+    if adapter.get("type") == "plugin" and isinstance(adapter.get("adapter_params"), dict) \
+            and str(adapter.get("class_name", "")).endswith("S3L2Adapter"):
+        # the lmcache role's half-open S3 adapter (kvcache_s3_l2) through LMCache's plugin adapter: an s3 L2
+        adapter = dict(adapter["adapter_params"], type="s3")
     out["readable"] = True
     out["mode"] = "multiprocess"
     out["remote_storage_plugins"] = [adapter.get("type")] if adapter.get("type") else None

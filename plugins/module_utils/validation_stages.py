@@ -26,6 +26,7 @@ from ansible_collections.kvcache.offload.plugins.module_utils.validation_causes 
     causes_from_tier_result,
     detect_config_causes,
     detect_expired_false_hits,
+    detect_l2_disabled,
 )
 from ansible_collections.kvcache.offload.plugins.module_utils.routing import analyse, backend_differences, judge, policy_kind
 from ansible_collections.kvcache.offload.plugins.module_utils.validation_gds import eval_gds_path
@@ -726,6 +727,7 @@ def build_report(run, expected, instances, nodes, stages, settings):
             detail = node.get("msg") or (transport[0].get("module_stderr") or transport[0].get("msg") if transport else "")
             causes.add("node_unreachable", "%s: %s" % (host, str(detail or "unreachable").strip()[:300]), hosts=[host])
         detect_expired_false_hits(causes, host, node.get("engine_uptime"), (expected or {}).get("s3_expiration_days"))
+        detect_l2_disabled(causes, host, node.get("lmcache_l2"))
         for name, text in node_env_files(node):
             instance_configs.append(instance_config(host, name, text))
         present, text = node_lmcache_text(node)

@@ -48,7 +48,8 @@ options:
     type: path
   server_env_file:
     description:
-      - With O(mode=multiprocess), the C(lmcache server)'s environment file; only its C(LMCACHE_L2_ADAPTER) is read.
+      - With O(mode=multiprocess), the C(lmcache server)'s environment file; only its C(LMCACHE_L2_ADAPTER) and
+        C(PYTHONPATH) (where a plugin adapter such as the lmcache role's half-open S3 adapter is imported from) are read.
     type: path
     default: /etc/kvcache/lmcache-server.env
   action:
@@ -287,10 +288,14 @@ def main():
         result.update(stage="program", error="%s is not an executable interpreter" % p["python"])
         module.fail_json(msg="cannot run the LMCache probe: %s" % result["error"], **result)
     l2_adapter = None
+    server_path = None
     if p["mode"] == "multiprocess":
         try:
             with open(p["server_env_file"]) as handle:
-                l2_adapter = parse_env_text(handle.read()).get("LMCACHE_L2_ADAPTER")
+                server_env = parse_env_text(handle.read())
+            l2_adapter = server_env.get("LMCACHE_L2_ADAPTER")
+            # a plugin adapter (the lmcache role's half-open S3 adapter) is imported from the server's PYTHONPATH
+            server_path = server_env.get("PYTHONPATH")
         except (IOError, OSError) as exc:
             result.update(stage="program", error="cannot read the LMCache server's env file: %s" % exc)
             module.fail_json(msg="cannot run the LMCache probe: %s" % result["error"], **result)
@@ -323,6 +328,8 @@ def main():
     env.update(LMCACHE_TRACK_USAGE="false", DO_NOT_TRACK="1", VLLM_NO_USAGE_STATS="1")
     if l2_adapter:
         env["LMCACHE_L2_ADAPTER"] = l2_adapter
+    if server_path:
+        env["PYTHONPATH"] = server_path
     prefix = []
     if p["run_as"]:
         runuser = module.get_bin_path("runuser")

@@ -11,8 +11,9 @@ setting of the adapter changes this (http2, io threads; an unknown key such as
 max_connection_failures is ignored). When a later LMCache recovers by itself,
 test_the_servers_adapter_never_stores_again fails: revisit the workaround in the note.
 
-The half-open prototype (tests/integration/lmcache_s3/recovering_s3_l2.py, through LMCache's plugin
-adapter) is checked too: it stores again within its retry interval after the store returns.
+The half-open adapter the lmcache role ships (roles/lmcache/files/kvcache_s3_l2.py, through LMCache's
+plugin adapter, as the server loads it) is checked too: it stores again within its retry interval after
+the store returns.
 
 Needs what test_lmcache_s3_deleted_objects.py needs (an interpreter with lmcache 0.5.6 + boto3, and
 `weed`; skipped with the reason otherwise) and `unshare` (root). About 3 minutes.
@@ -28,7 +29,7 @@ from tests.integration.test_lmcache_s3_deleted_objects import MARK, ROOT, _lmcac
 WORKER = os.path.join(ROOT, "tests", "integration", "lmcache_s3", "s3_outage_mp_worker.py")
 BUCKET = "kvoutage"
 DOMAIN = "s3.outage.test"
-RETRY = 8  # the prototype's retry_after_seconds
+RETRY = 8  # the shipped adapter's retry_after_seconds (lmcache_s3_retry_after_seconds)
 POLL = 2
 VARIANTS = [
     # The --l2-adapter JSON the lmcache role writes for the s3 tier (roles/lmcache/vars/main.yml, __lmcache_mp_l2.s3).
@@ -36,8 +37,8 @@ VARIANTS = [
     {"name": "http2-off+unknown-key", "spec": {"s3_prefer_http2": False, "s3_num_io_threads": 1,
                                                "max_connection_failures": 1000000}},
     {"name": "breaker-off", "breaker": False},
-    {"name": "half-open-prototype", "spec": {"retry_after_seconds": RETRY},
-     "plugin": {"module_path": "recovering_s3_l2", "class_name": "RecoveringS3L2Adapter"}},
+    {"name": "half-open-shipped", "spec": {"retry_after_seconds": RETRY},
+     "plugin": {"module_path": "kvcache_s3_l2", "class_name": "RecoveringS3L2Adapter"}},
 ]
 
 
@@ -107,8 +108,8 @@ def test_without_the_breaker_the_client_recovers_at_once(outage):
     assert said["same_adapter_recovered_after"] is not None and said["same_adapter_recovered_after"] <= POLL, said
 
 
-def test_the_half_open_prototype_recovers_within_its_retry_interval(outage):
-    said = outage["half-open-prototype"]
+def test_the_shipped_half_open_adapter_recovers_within_its_retry_interval(outage):
+    said = outage["half-open-shipped"]
     assert [o["connection_disabled"] for o in said["outage"]][:3] == [False, False, True], said
     assert said["same_adapter_recovered_after"] is not None, said
     assert said["same_adapter_recovered_after"] <= RETRY + POLL + 1, said

@@ -9,6 +9,8 @@ against the bucket (every stage must pass: the tier listing is the bucket's, ins
 from the bucket what A computed, stage 6 stores and loads through LMCache's S3 L2 adapter),
 then, still on the s3 tier, deletes a prompt's objects behind the first node's server and asks
 again (s3_deleted.py: no KV the server does not have reaches vLLM, the objects come back), and
+stops the S3 store until every node's LMCache server has its S3 circuit breaker open and starts
+it again (s3_outage.py: the tier comes back by itself, no server restarted; issue #40), and
 converges the fs tier back (both nodes in one batch) and waits until every instance answers again.
 """
 import uuid
@@ -16,6 +18,7 @@ import uuid
 from faultutil import HEALTH_TIMEOUT, lab_s3_keys, nodes_stage, run_validate, stage, wait_healthy
 from labutil import group_hosts
 from s3_deleted import deleted_objects_scenario, s3_client
+from s3_outage import outage_scenario
 
 
 def _restarts(out):
@@ -45,6 +48,8 @@ def test_the_lab_serves_and_validates_on_the_s3_tier(tmp_path, inventory, hostva
         deleted = deleted_objects_scenario(
             instances[0], s3_client(hostvars, s3_host, lab_s3_keys()), bucket, api_key,
             hostvars[instances[0][0]]["kvcache_served_model_name"], wait_healthy, uuid.uuid4().hex[:8])
+        outage = outage_scenario(instances, hostvars, s3_host, lab_s3_keys(), s3_client(hostvars, s3_host, lab_s3_keys()),
+                                 bucket, api_key, hostvars[instances[0][0]]["kvcache_served_model_name"])
     finally:
         # back in one batch (no traffic to keep serving here: it saves a node's restart time)
         back = nodes_stage("kvcache_tier=fs", serial=len(group_hosts(inventory, "kvcache_nodes")))
@@ -72,7 +77,8 @@ def test_the_lab_serves_and_validates_on_the_s3_tier(tmp_path, inventory, hostva
     # LMCache's own server on B's node loaded the chunks from its L2: the bucket
     assert cross["lmcache_l2_hit_tokens"] > 0, cross
     rows = stage(report, "lmcache_probe")["details"]["results"]
-    assert {r["connector"] for r in rows} == {"S3L2Adapter"}, rows
+    # the collection's half-open adapter (lmcache_s3_retry_after_seconds), through LMCache's plugin adapter
+    assert {r["connector"] for r in rows} == {"RecoveringS3L2Adapter"}, rows
     assert all(n["lmcache"]["remote_storage_plugins"] == ["s3"] for n in report["fleet"]["nodes"]), report["fleet"]["nodes"]
 
     # Objects deleted behind the first node's server (the expiration rule's doing), its engine
@@ -93,3 +99,16 @@ def test_the_lab_serves_and_validates_on_the_s3_tier(tmp_path, inventory, hostva
     assert deleted["server"]["lmcache_mp_lookup_hit_l2_tokens"] == 0, deleted
     assert deleted["external_kv_tokens"] == 0, deleted
     assert deleted["restored"] == deleted["stored"], deleted
+
+    # An S3 outage long enough to open every server's circuit breaker (3 failed stores), then the
+    # store back: every server's adapter closes again by itself (the half-open adapter tries S3
+    # lmcache_s3_retry_after_seconds after it tripped), new KV reaches the bucket, and no server
+    # was restarted. With LMCache 0.5.6's own adapter no breaker ever closes (issue #40).
+    containers = sorted({c for (_h, c, _i, _u) in instances})
+    assert sorted(outage["tripped_after"]) == containers, outage
+    assert outage["store_back"] == "ok", outage
+    assert sorted(outage["recovered_after"]) == containers, outage
+    assert all(v <= 30 + 60 for v in outage["recovered_after"].values()), outage
+    assert outage["objects_added_after"] >= 2 * len(containers), outage
+    assert outage["pids_after"] == outage["pids_before"], outage
+    assert all(status == 200 for status in outage["requests_down"] + outage["requests_back"]), outage

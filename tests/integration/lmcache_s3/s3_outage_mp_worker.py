@@ -12,7 +12,7 @@ as the server's unit gives them. Argument: one JSON object
  variants: [{name, spec (extra --l2-adapter keys), breaker (true: LMCache's breaker as shipped;
  false: its threshold raised so it never trips), plugin (optional {module_path, class_name}: the
  adapter is LMCache's plugin adapter over that class, with the s3 keys as its adapter_params; the
- prototype in recovering_s3_l2.py)}]}.
+ adapter the lmcache role ships, roles/lmcache/files/kvcache_s3_l2.py)}]}.
 
 For each variant, with one adapter (the long-lived server's):
 1. stores a chunk while the store is up;
@@ -37,6 +37,9 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The collection's half-open S3 adapter (roles/lmcache/files/kvcache_s3_l2.py), as the server loads it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, os.pardir,
+                                "roles", "lmcache", "files"))
 
 from deleted_object_mp_worker import Adapter  # noqa: E402  (the same adapter harness)
 from worker_result import report  # noqa: E402
@@ -191,7 +194,7 @@ def main():
             for variant in args["variants"]:
                 spec = dict({"type": "s3", "s3_endpoint": "%s.%s:%d" % (args["bucket"], args["domain"], store.s3_port),
                              "s3_region": "us-east-1", "disable_tls": True}, **variant.get("spec", {}))
-                if variant.get("plugin"):  # the prototype in recovering_s3_l2.py, through LMCache's plugin adapter
+                if variant.get("plugin"):  # the role's kvcache_s3_l2.py, through LMCache's plugin adapter
                     spec = dict(variant["plugin"], type="plugin",
                                 adapter_params={k: v for k, v in spec.items() if k != "type"})
                 said = {"name": variant["name"], "spec": {k: v for k, v in spec.items() if k != "s3_endpoint"}}

@@ -31,10 +31,20 @@ def _trusted(text):
         return text
 
 
+def _trust_deep(value):
+    if isinstance(value, str):
+        return _trusted(value)
+    if isinstance(value, dict):
+        return {k: _trust_deep(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_trust_deep(v) for v in value]
+    return value
+
+
 def _load(*parts):
     with open(os.path.join(ROLES, *parts)) as handle:
         data = yaml.safe_load(handle) or {}
-    return {k: _trusted(v) if isinstance(v, str) else v for k, v in data.items()}
+    return {k: _trust_deep(v) for k, v in data.items()}
 
 
 def render(role, template, **overrides):
@@ -182,3 +192,33 @@ def test_a_new_engine_certificate_or_key_restarts_the_instance():
                  vllm_bind_address="10.0.0.1")
     assert "KVCACHE_ENGINE_TLS_CERT_FINGERPRINT=cert-fp" in env
     assert "KVCACHE_ENGINE_TLS_KEY_FINGERPRINT=key-fp" in env
+
+
+def _server_env(**overrides):
+    """lmcache-server.env as the role renders it on the s3 tier (the half-open adapter's SHA-1 stubbed)."""
+    import json as _json
+    values = dict(kvcache_tier="s3", kvcache_s3_bucket="kvcache", kvcache_s3_endpoint="https://s3.grid.example:10443",
+                  __lmcache_s3_host="s3.grid.example:10443", __lmcache_s3_tls=True, __kvcache_fingerprints=["a", "b"],
+                  lmcache_mp_l1_size_gb=1, __lmcache_mp_l1_gb=1.0, lmcache_mp_max_gpu_workers=1)
+    values.update(overrides)
+    variables = {"lookup": lambda *a, **k: "stub"}
+    variables.update(values)
+    lines = render("lmcache", "lmcache-server.env.j2", **variables)
+    env = dict(line.split("=", 1) for line in lines if "=" in line)
+    return env, _json.loads(env["LMCACHE_L2_ADAPTER"].strip("'"))
+
+
+def test_the_s3_tier_loads_the_half_open_adapter_through_lmcaches_plugin_adapter():
+    """Issue #40: LMCache 0.5.6's own S3 adapter never closes its circuit breaker; the server gets the
+    collection's (files/kvcache_s3_l2.py) with the same settings, and the PYTHONPATH it is imported from."""
+    env, adapter = _server_env()
+    assert adapter == {"type": "plugin", "module_path": "kvcache_s3_l2", "class_name": "RecoveringS3L2Adapter",
+                       "adapter_params": {"s3_endpoint": "kvcache.s3.grid.example:10443", "s3_region": "us-east-1",
+                                          "disable_tls": False, "retry_after_seconds": 30}}, adapter
+    assert env["PYTHONPATH"] == "/opt/kvcache/tools" and "KVCACHE_S3_ADAPTER_SHA1" in env
+    plain, adapter = _server_env(lmcache_s3_retry_after_seconds=0)
+    assert adapter == {"type": "s3", "s3_endpoint": "kvcache.s3.grid.example:10443", "s3_region": "us-east-1",
+                       "disable_tls": False}, adapter
+    assert "PYTHONPATH" not in plain
+    fs, adapter = _server_env(kvcache_tier="fs")
+    assert adapter["type"] == "fs" and "PYTHONPATH" not in fs

@@ -191,3 +191,25 @@ def test_engine_crash_on_load_is_named():
     s4 = stage(report, "cross_instance")
     assert s4["status"] == "fail" and s4["causes"] == ["engine_failed"]
     assert "journalctl" in [c for c in report["causes"] if c["id"] == "engine_failed"][0]["fix"]
+
+
+def test_an_open_s3_breaker_in_a_server_is_named_with_the_node_and_the_adapter():
+    """Issue #40 item 3: the server's GET /status (storage_manager.l2_adapters) says the S3 adapter gave up; the report
+    names that cause (node, adapter, endpoint) on the stages it breaks, not only ttft_not_lower."""
+    inputs = good_inputs()
+    inputs["stages"]["tier_write"]["after"] = inputs["stages"]["tier_write"]["before"]  # nothing reached the tier
+    inputs["nodes"][0]["lmcache_l2"] = [{"type": "S3L2Adapter", "endpoint": "kvcache.s3.lab:8333", "is_healthy": False,
+                                         "connection_failures": 3, "connection_disabled": True}]
+    inputs["nodes"][1]["lmcache_l2"] = [{"type": "S3L2Adapter", "connection_disabled": False, "connection_failures": 0}]
+    report = build(inputs)
+    cause = [c for c in report["causes"] if c["id"] == "lmcache_l2_disabled"]
+    assert len(cause) == 1, report["causes"]
+    assert "lab-node1: adapter 0 (S3L2Adapter, kvcache.s3.lab:8333)" in cause[0]["message"], cause
+    assert "never tries again" in cause[0]["message"] and "restart-pending" in cause[0]["fix"], cause
+    assert stage(report, "tier_write")["status"] == "fail"
+    assert "lmcache_l2_disabled" in stage(report, "tier_write")["causes"]
+    # the half-open adapter says when it tries again; a server not read (None) is no finding
+    inputs["nodes"][0]["lmcache_l2"][0]["retry_after_seconds"] = 30.0
+    inputs["nodes"][1]["lmcache_l2"] = None
+    again = [c for c in build(inputs)["causes"] if c["id"] == "lmcache_l2_disabled"]
+    assert len(again) == 1 and "tries S3 again 30.0 s after it opened" in again[0]["message"], again

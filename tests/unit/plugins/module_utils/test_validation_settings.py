@@ -58,4 +58,10 @@ def test_the_multiprocess_servers_env_file_gives_the_same_keys():
     s3 = lmcache_settings(text.replace('{\"type\":\"fs\",\"base_path\":\"/mnt/kvcache\"}',
                                        '{\"type\":\"s3\",\"s3_endpoint\":\"b.s3.lab:8333\"}'))
     assert s3["remote_url"] == "s3://b.s3.lab:8333" and s3["remote_storage_plugins"] == ["s3"]
+    # the lmcache role's half-open S3 adapter (lmcache_s3_retry_after_seconds) through LMCache's plugin adapter
+    plugin = lmcache_settings(text.replace(
+        '{\"type\":\"fs\",\"base_path\":\"/mnt/kvcache\"}',
+        '{\"type\":\"plugin\",\"module_path\":\"kvcache_s3_l2\",\"class_name\":\"RecoveringS3L2Adapter\",'
+        '\"adapter_params\":{\"s3_endpoint\":\"b.s3.lab:8333\",\"retry_after_seconds\":30}}'))
+    assert plugin["remote_url"] == "s3://b.s3.lab:8333" and plugin["remote_storage_plugins"] == ["s3"], plugin
     assert lmcache_settings(text.replace("--chunk-size 512", "--chunk-size big"))["readable"] is False
