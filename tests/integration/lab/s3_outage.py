@@ -99,13 +99,13 @@ def outage_scenario(instances, hostvars, s3_host, keys, s3, bucket, api_key, mod
     seen["recovered_after"] = closed
     seen["status_after"] = {c: server_status(c) for c in nodes}
     # a new prompt's objects reach the bucket again, through each node's own server
-    before = sum(1 for _ in _keys(s3, bucket))
+    before = len(list(_keys(s3, bucket)))
     for container, urls in nodes.items():
         seen["requests_back"].append(_ask(urls[0], api_key, model, "%s-after-%s" % (run, container)))
     deadline = time.monotonic() + 60
     added = 0
     while time.monotonic() < deadline:
-        added = sum(1 for _ in _keys(s3, bucket)) - before
+        added = len(list(_keys(s3, bucket))) - before
         if added >= 2 * len(nodes):
             break
         time.sleep(2)
