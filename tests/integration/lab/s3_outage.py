@@ -53,50 +53,49 @@ def _ask(url, api_key, model, tag):
                  "temperature": 0}, key=api_key, timeout=120)[0]
 
 
+def _until(nodes, done, timeout, ask, answers):
+    """Send a prompt to every engine of each node not yet done, then read its server's S3 adapters,
+    until done(adapters) holds on every node or timeout s pass; {container: seconds it took}."""
+    started = time.monotonic()
+    reached = {}
+    while time.monotonic() - started < timeout and len(reached) < len(nodes):
+        for container, urls in nodes.items():
+            if container in reached:
+                continue
+            for url in urls:
+                answers.append(ask(url))
+            status = server_status(container)
+            if status and done(status):
+                reached[container] = round(time.monotonic() - started, 1)
+        time.sleep(2)
+    return reached
+
+
 def outage_scenario(instances, hostvars, s3_host, keys, s3, bucket, api_key, model,
                     trip_timeout=180, recover_timeout=180):
     """Run the outage; a dict of what was seen (the caller asserts)."""
     nodes = {}
-    for host, container, _inst, url in instances:
+    for _host, container, _inst, url in instances:
         nodes.setdefault(container, []).append(url)
     seen = {"pids_before": {c: server_pid(c) for c in nodes}, "requests_down": [], "requests_back": []}
     run = uuid.uuid4().hex[:8]
+    count = [0]
+
+    def ask(url):
+        count[0] += 1
+        return _ask(url, api_key, model, "%s-%d" % (run, count[0]))
+
     store = hostvars[s3_host]["ansible_docker_host"]
     set_s3_store(store, False)
     try:
-        started = time.monotonic()
-        tripped = {}
-        n = 0
-        while time.monotonic() - started < trip_timeout and len(tripped) < len(nodes):
-            for container, urls in nodes.items():
-                if container in tripped:
-                    continue
-                for url in urls:
-                    n += 1
-                    seen["requests_down"].append(_ask(url, api_key, model, "%s-down-%d" % (run, n)))
-                status = server_status(container)
-                if status and any(a.get("connection_disabled") for a in status):
-                    tripped[container] = round(time.monotonic() - started, 1)
-            time.sleep(2)
-        seen["tripped_after"] = tripped
+        seen["tripped_after"] = _until(nodes, lambda adapters: any(a.get("connection_disabled") for a in adapters),
+                                       trip_timeout, ask, seen["requests_down"])
     finally:
         set_s3_store(store, True)
     seen["store_back"] = wait_s3(hostvars, s3_host, keys, "ok", timeout=120)
-    back = time.monotonic()
-    closed = {}
-    n = 0
-    while time.monotonic() - back < recover_timeout and len(closed) < len(nodes):
-        for container, urls in nodes.items():
-            if container in closed:
-                continue
-            for url in urls:
-                n += 1
-                seen["requests_back"].append(_ask(url, api_key, model, "%s-back-%d" % (run, n)))
-            status = server_status(container)
-            if status and not any(a.get("connection_disabled") or a.get("connection_failures") for a in status):
-                closed[container] = round(time.monotonic() - back, 1)
-        time.sleep(3)
-    seen["recovered_after"] = closed
+    seen["recovered_after"] = _until(
+        nodes, lambda adapters: not any(a.get("connection_disabled") or a.get("connection_failures") for a in adapters),
+        recover_timeout, ask, seen["requests_back"])
     seen["status_after"] = {c: server_status(c) for c in nodes}
     # a new prompt's objects reach the bucket again, through each node's own server
     before = len(list(_keys(s3, bucket)))
