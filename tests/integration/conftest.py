@@ -60,6 +60,8 @@ def lab_tls_stand_in(tmp_path_factory):
     make test (or not have run at all on a clean clone); this suite must not depend on it or touch it.
     """
     import datetime
+    import ipaddress
+    import re
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -70,9 +72,14 @@ def lab_tls_stand_in(tmp_path_factory):
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "preflight test (throw-away)")])
     now = datetime.datetime.now(datetime.timezone.utc)
+    # every lab host's address: the nodes' engine certificates must name theirs (the vllm checks)
+    with open(os.path.join(ROOT, "inventories", "lab", "hosts.yml"), encoding="utf-8") as handle:
+        addresses = sorted(set(re.findall(r"ansible_host: (\d+\.\d+\.\d+\.\d+)", handle.read())) | {"127.0.0.1"})
+    sans = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(a)) for a in addresses])
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now)
-            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1)).add_extension(sans, critical=False)
+            .sign(key, hashes.SHA256()))
     pem = cert.public_bytes(serialization.Encoding.PEM)
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     (path / "ca.crt").write_bytes(pem)

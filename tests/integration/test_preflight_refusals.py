@@ -180,6 +180,32 @@ def test_engine_tls_without_a_certificate_or_key_is_refused(preflight):
     assert "Host lab-node1" in text and "Host lab-node2" in text
 
 
+def test_an_engine_certificate_without_the_nodes_address_is_refused(preflight, tmp_path):
+    """Every caller verifies the engine for the node's address: a certificate that does not name it would be
+    refused by the router, validation and the role's own health check, so preflight refuses it first."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "wrong node")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("10.9.9.9"))]), critical=False)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "wrong.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    text = assert_refused(preflight({"vllm_tls_cert": str(tmp_path / "wrong.crt")}),
+                          "vllm_tls_cert does not name 172.29.100.11 (it names IP:10.9.9.9)",
+                          "subject alternative names")
+    assert "Host lab-node1" in text and "Host lab-node2" in text
+
+
 def test_engine_tls_behind_the_production_stack_router_is_refused(preflight):
     """Its key gateway would forward to https engines without verifying them: refused, naming the fix."""
     text = assert_refused(preflight({"router_implementation": "production_stack"}),
