@@ -43,7 +43,8 @@ def server_pid(container):
 
 
 def _prompt(tag):
-    # about 700 tokens of the tiny model: two complete 256-token chunks to store
+    # about 2500 tokens of the tiny model with a short tag (the lab's context is 8192): complete
+    # 256-token chunks to store. A longer tag makes a longer prompt: keep tags short.
     return " ".join("outage-%s-%d" % (tag, i) for i in range(350))
 
 
@@ -99,8 +100,8 @@ def outage_scenario(instances, hostvars, s3_host, keys, s3, bucket, api_key, mod
     seen["status_after"] = {c: server_status(c) for c in nodes}
     # a new prompt's objects reach the bucket again, through each node's own server
     before = len(list(_keys(s3, bucket)))
-    for container, urls in nodes.items():
-        seen["requests_back"].append(_ask(urls[0], api_key, model, "%s-after-%s" % (run, container)))
+    for index, urls in enumerate(nodes.values()):
+        seen["requests_back"].append(_ask(urls[0], api_key, model, "%s-a%d" % (run, index)))
     deadline = time.monotonic() + 60
     added = 0
     while time.monotonic() < deadline:

@@ -109,6 +109,6 @@ def test_the_lab_serves_and_validates_on_the_s3_tier(tmp_path, inventory, hostva
     assert outage["store_back"] == "ok", outage
     assert sorted(outage["recovered_after"]) == containers, outage
     assert all(v <= 30 + 60 for v in outage["recovered_after"].values()), outage
+    assert all(status == 200 for status in outage["requests_down"] + outage["requests_back"]), outage
     assert outage["objects_added_after"] >= 2 * len(containers), outage
     assert outage["pids_after"] == outage["pids_before"], outage
-    assert all(status == 200 for status in outage["requests_down"] + outage["requests_back"]), outage
