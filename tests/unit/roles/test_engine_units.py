@@ -201,7 +201,7 @@ def _server_env(**overrides):
                   __lmcache_s3_host="s3.grid.example:10443", __lmcache_s3_tls=True, __kvcache_fingerprints=["a", "b"],
                   lmcache_mp_l1_size_gb=1, __lmcache_mp_l1_gb=1.0, lmcache_mp_max_gpu_workers=1)
     values.update(overrides)
-    variables = {"lookup": lambda *a, **k: "stub"}
+    variables = {"__lmcache_s3_plugin_file": {"checksum": "0123abcd"}}
     variables.update(values)
     lines = render("lmcache", "lmcache-server.env.j2", **variables)
     env = dict(line.split("=", 1) for line in lines if "=" in line)
@@ -215,7 +215,7 @@ def test_the_s3_tier_loads_the_half_open_adapter_through_lmcaches_plugin_adapter
     assert adapter == {"type": "plugin", "module_path": "kvcache_s3_l2", "class_name": "RecoveringS3L2Adapter",
                        "adapter_params": {"s3_endpoint": "kvcache.s3.grid.example:10443", "s3_region": "us-east-1",
                                           "disable_tls": False, "retry_after_seconds": 30}}, adapter
-    assert env["PYTHONPATH"] == "/opt/kvcache/tools" and "KVCACHE_S3_ADAPTER_SHA1" in env
+    assert env["PYTHONPATH"] == "/opt/kvcache/tools" and env["KVCACHE_S3_ADAPTER_SHA1"] == "0123abcd"
     plain, adapter = _server_env(lmcache_s3_retry_after_seconds=0)
     assert adapter == {"type": "s3", "s3_endpoint": "kvcache.s3.grid.example:10443", "s3_region": "us-east-1",
                        "disable_tls": False}, adapter
