@@ -363,7 +363,21 @@ class RecordingDict(dict):
 def l2_adapter_unread_keys(adapter_json, adapter_config, where):
     """Keys of an --l2-adapter JSON that the adapter's own from_dict never reads
     (LMCache's L2 adapter configs ignore unknown keys without a word)."""
-    values = RecordingDict(json.loads(adapter_json))
+    spec = json.loads(adapter_json)
+    if spec.get("type") == "plugin" and str(spec.get("class_name", "")).endswith("S3L2Adapter"):
+        # The lmcache role's half-open S3 adapter (roles/lmcache/files/kvcache_s3_l2.py) through LMCache's
+        # plugin adapter: its adapter_params are the s3 adapter's keys, read by S3L2AdapterConfig.from_dict,
+        # plus its own retry_after_seconds.
+        from lmcache.v1.distributed.l2_adapters.s3_l2_adapter import S3L2AdapterConfig
+
+        params = {k: v for k, v in (spec.get("adapter_params") or {}).items() if k != "retry_after_seconds"}
+        values = RecordingDict(params)
+        try:
+            S3L2AdapterConfig.from_dict(values)
+        except Exception as exc:  # pylint: disable=broad-except
+            raise ContractError("%s: S3L2AdapterConfig.from_dict refused %s: %s" % (where, params, exc)) from None
+        return sorted("adapter_params." + k for k in set(values) - values.read)
+    values = RecordingDict(spec)
     try:
         type(adapter_config).from_dict(values)
     except Exception as exc:  # pylint: disable=broad-except

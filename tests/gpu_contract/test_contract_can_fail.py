@@ -120,11 +120,15 @@ def test_an_unread_l2_adapter_key_is_found():
     point = next(p for p in POINTS if "lmcache-server.env" in RENDERED[p] and "-s3-" in p)
     env, exec_start = server_argv(point)
     adapter = json.loads(env["LMCACHE_L2_ADAPTER"])
-    adapter["s3_regoin"] = adapter["s3_region"]
+    # the s3 tier's adapter is the lmcache role's half-open one through LMCache's plugin adapter
+    # (lmcache_s3_retry_after_seconds > 0): its s3 keys are in adapter_params
+    keys = adapter["adapter_params"] if adapter.get("type") == "plugin" else adapter
+    keys["s3_regoin"] = keys["s3_region"]
     env["LMCACHE_L2_ADAPTER"] = json.dumps(adapter)
     args, configs = contract.lmcache_server_parse(contract.expand_exec(exec_start, env)[1:], point)
     adapters = configs["parse_args_to_config"].l2_adapter_config.adapters
-    assert contract.l2_adapter_unread_keys(args.l2_adapter[0], adapters[0], point) == ["s3_regoin"]
+    assert contract.l2_adapter_unread_keys(args.l2_adapter[0], adapters[0], point) == (
+        ["adapter_params.s3_regoin"] if adapter.get("type") == "plugin" else ["s3_regoin"])
 
 
 def test_a_call_the_callee_does_not_take_is_found(cuda_boundary):  # pylint: disable=unused-argument

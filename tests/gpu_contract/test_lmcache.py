@@ -4,6 +4,7 @@ unparsable key fails), its extra_config keys are keys LMCache's code reads; the
 multiprocess server's unit runs `lmcache server` with arguments its own CLI parses into
 every config the server builds, and an --l2-adapter whose every key the adapter reads."""
 import importlib.metadata
+import json
 import math
 import os
 
@@ -148,6 +149,20 @@ def test_server_arguments_parse(point):
     unread = contract.l2_adapter_unread_keys(args.l2_adapter[0], adapters[0], where)
     assert not unread, "%s: --l2-adapter keys %s are never read by %s: ignored" % (
         where, unread, type(adapters[0]).__name__)
+    spec = json.loads(args.l2_adapter[0])
+    if spec.get("type") == "plugin":
+        # the lmcache role's half-open S3 adapter, as LMCache's plugin adapter loads it: the module imports with
+        # the pinned LMCache and its config class takes the rendered adapter_params
+        import sys
+
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                        "roles", "lmcache", "files"))
+        module = __import__(spec["module_path"])
+        cfg = getattr(module, spec["class_name"] + "Config").from_dict(dict(spec["adapter_params"]))
+        assert cfg.retry_after_seconds == spec["adapter_params"]["retry_after_seconds"] > 0, where
+        assert issubclass(getattr(module, spec["class_name"]),
+                          __import__("lmcache.v1.distributed.l2_adapters.s3_l2_adapter",
+                                     fromlist=["S3L2Adapter"]).S3L2Adapter), where
     # A warning while building the server's configs: only the one about pinned memory on a
     # machine without a GPU (l1-use-lazy needs it) is expected here.
     unexpected = [r.getMessage() for r in records if "memory pinning" not in r.getMessage()]
