@@ -19,6 +19,16 @@ export ANSIBLE_LOCAL_TEMP := $(BUILD)/ansible-home/tmp
 export ANSIBLE_COLLECTIONS_PATH := $(BUILD)/collections
 export ANSIBLE_FORCE_COLOR := 0
 export XDG_CACHE_HOME := $(BUILD)/cache
+# Download caches of pinned inputs, kept OUTSIDE the checkout so that the next clean clone on
+# this machine reuses them (issue #39): pip's wheels of the tool venv, uv's package caches of
+# the lab's nodes (also molecule's nodes scenario and the converge benchmark) and of the GPU
+# contract's CUDA venv (about 13 GB), and the venvs ansible-test sanity makes for its tests
+# (scripts/sanity.sh). pip and uv address their caches by content and lock them, ansible-test
+# keys its venvs by their requirements, so two checkouts may share them. Root's default is
+# /var/cache/kvcache-offload; anyone else's is build/cache. `make clean-cache` empties it.
+KVCACHE_CACHE_DIR ?= $(if $(filter 0,$(shell id -u)),/var/cache/kvcache-offload,$(BUILD)/cache)
+export KVCACHE_CACHE_DIR
+export PIP_CACHE_DIR := $(KVCACHE_CACHE_DIR)/pip
 # make check's gates at once (2 cores here: 3 keeps both busy while one gate waits on I/O).
 CHECK_JOBS ?= 3
 export MOLECULE_GLOB := molecule/*/molecule.yml
@@ -188,5 +198,9 @@ bench: venv image ## Benchmarks (storage, lab TTFT, break-even, converge on 2/8/
 bench-smoke: venv ## The small benchmark run CI does (no LMCache venv is built for it)
 	@python scripts/bench.py --smoke --no-venv-create
 
-clean: lab-down ## Remove build/ (the tool venv, caches, reports)
+clean: lab-down ## Remove build/ (the tool venv, reports; the download caches outside it stay: make clean-cache)
 	rm -rf $(BUILD)
+
+.PHONY: clean-cache
+clean-cache: ## Empty the download caches of pinned inputs (KVCACHE_CACHE_DIR; the next run downloads again)
+	rm -rf $(KVCACHE_CACHE_DIR)/pip $(KVCACHE_CACHE_DIR)/lab $(KVCACHE_CACHE_DIR)/gpu-contract $(KVCACHE_CACHE_DIR)/ansible-test-home

@@ -117,7 +117,8 @@ def parse_args(argv=None):
     parser.add_argument("--converge-nodes", default="2,8,32",
                         help="simulated node counts of the converge section ('none': only the lab rerun)")
     parser.add_argument("--converge-image", default=bench_converge.SIM_IMAGE)
-    parser.add_argument("--converge-uv-cache", default=os.path.join(ROOT, "build", "cache", "lab", "uv"),
+    lab_uv_cache = os.path.join(os.environ.get("KVCACHE_CACHE_DIR") or os.path.join(ROOT, "build", "cache"), "lab", "uv")
+    parser.add_argument("--converge-uv-cache", default=lab_uv_cache,
                         help="uv cache the simulated nodes share (default: the lab's, so the seed build is warm)")
     parser.add_argument("--converge-timeout", type=float, default=3600, help="seconds for one playbook run")
     parser.add_argument("--no-converge-lab", dest="converge_lab", action="store_false",

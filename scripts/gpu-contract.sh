@@ -19,7 +19,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 dir="$here/build/gpu-contract"
-cache="$here/build/cache/gpu-contract"
+# uv's download cache: outside the checkout when the Makefile says so (KVCACHE_CACHE_DIR), so that a
+# clean clone on this machine does not download the CUDA wheels again.
+cache="${KVCACHE_CACHE_DIR:-$here/build/cache}/gpu-contract"
 logs="$dir/logs"
 mkdir -p "$logs"
 export DO_NOT_TRACK=1 VLLM_NO_USAGE_STATS=1 LMCACHE_TRACK_USAGE=false HF_HUB_OFFLINE=1

@@ -6,11 +6,14 @@
 # ansible-test bootstraps pip in its own venvs with a get-pip script it downloads from
 # a host this machine cannot reach; a stand-in that uses ensurepip + pip (trusting the
 # system CA bundle, since ansible-test hides pip's own config) is seeded in its cache.
-# HOME points into build/ so nothing lands in the user's home.
+# HOME points into the download caches (KVCACHE_CACHE_DIR, which the Makefile sets outside the
+# checkout; else build/) so nothing lands in the user's home, and the venvs ansible-test makes
+# for its tests (keyed by their pinned requirements) are made once per machine, not once per
+# clone: a cold `ansible-test sanity` took 145 s here, a warm one 77 s (issue #39).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build="$here/build"
-export HOME="$build/ansible-test-home"
+export HOME="${KVCACHE_CACHE_DIR:-$build}/ansible-test-home"
 # A private copy per run, so two runs (two developers, or CI) never share a tree.
 mkdir -p "$build/sanity"
 work=$(mktemp -d "$build/sanity/run.XXXXXX")
