@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The lab end to end, as CI runs it: from nothing, `make lab`, then the lab's integration
-# tests (tests/integration/lab; test_runner.py reruns site.yml and requires changed=0 on
-# every host), then the lab is removed again (KVCACHE_KEEP_LAB=1 keeps it).
+# tests (tests/integration/lab; the execution environment's site.yml run, eejob.py, is a rerun
+# that must report changed=0 on every host), then the lab is removed again (KVCACHE_KEEP_LAB=1 keeps it).
 #
 # `lab-test.sh up` does only the first part (from nothing to a converged lab, kept up) and
 # `lab-test.sh tests` only the second (the tests on that lab, then its removal): `make test`
@@ -41,9 +41,9 @@ bring_up() {
 }
 
 run_tests() {
-  # Idempotence: tests/integration/lab/test_runner.py runs site.yml again through
-  # ansible-runner (after the fault tests, which restore what they break) and fails on any
-  # changed task, naming it; a second `make lab` here would repeat that run.
+  # Idempotence: the execution environment runs site.yml again through ansible-runner
+  # (tests/integration/lab/eejob.py, after the fault tests, which restore what they break) and
+  # test_runner.py fails on any changed task, naming it; a second `make lab` would repeat that run.
   # test_mitogen_rerun.py reruns site.yml under the Mitogen opt-in (docs/mitogen.md).
   make --no-print-directory mitogen >/dev/null
   echo "==> lab: integration tests"

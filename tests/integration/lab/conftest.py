@@ -91,6 +91,16 @@ def client_key(lab_router):
     return lab_router.client_key
 
 
+# The modules that read the one site.yml run from the execution environment (eejob.site_run()):
+# after the tests that break and restore the lab (faults, mode and tier switches), so that the
+# run, which must change nothing, also proves they restored it.
+SITE_RUN_READERS = ("test_execution_environment", "test_runner", "test_secrets")
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Run the rolling-upgrade test last: it leaves the lab on another model."""
-    items.sort(key=lambda item: item.module.__name__ == "test_rolling_upgrade")
+    """The readers of the shared site.yml run after the tests that break and restore the lab, and
+    the rolling-upgrade test last: it leaves the lab on another model."""
+    def rank(item):
+        name = item.module.__name__
+        return 2 if name == "test_rolling_upgrade" else 1 if name in SITE_RUN_READERS else 0
+    items.sort(key=rank)

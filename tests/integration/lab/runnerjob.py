@@ -1,66 +1,29 @@
-"""One run of site.yml on the lab through ansible-runner, shared by test_runner.py and test_secrets.py.
+"""The one run of site.yml on the lab through ansible-runner that test_runner.py and test_secrets.py
+read: the execution environment's run (eejob.site_run(), which test_execution_environment.py
+reads too), made the way a portal makes it: ansible-runner with process isolation, verbosity 3
+(-vvv, so test_secrets.py can search the most talkative output there is), validation_report_dir
+inside the job's artifact directory. It runs once per pytest process, whichever test asks first;
+its temp dir is removed when the process exits (KVCACHE_KEEP_RUNNER_ARTIFACTS=1 keeps it).
 
-The run is made the way a portal would make it (examples/runner/kvcache_runner.py): a
-private_data_dir in a temp dir whose project/ is this checkout and inventory/ the lab's,
-ANSIBLE_COLLECTIONS_PATH as in the Makefile, verbosity 3 (-vvv, so test_secrets.py can search
-the most talkative output there is), and validation_report_dir inside the job's artifact
-directory. It runs once per pytest process, whichever test asks first; the temp dir is
-removed when the process exits (KVCACHE_KEEP_RUNNER_ARTIFACTS=1 keeps it and says where).
+Until issue #39 the controller ran a second site.yml job of its own here (ansible-runner on the
+checkout, about 3 minutes), proving the same of the same roles. What only the controller's
+runner path has is still run on the controller: the example's documented command line
+(test_runner.py, through playbooks/validate.yml) and its vault prompt.
 """
-import atexit
 import glob
 import json
 import os
-import shutil
-import sys
-import tempfile
-import time
 
+import eejob
 from labutil import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "examples", "runner"))
-import kvcache_runner  # noqa: E402  pylint: disable=wrong-import-position,import-error
-
-IDENT = "lab-site"
-PLAYBOOK = "site.yml"
-VERBOSITY = 3
-# The lab is converged before the tests run: a rerun of site.yml took 106 s here.
-JOB_TIMEOUT = 1800
-_RUNS = {}
-
-
-def _cleanup(path):
-    if os.environ.get("KVCACHE_KEEP_RUNNER_ARTIFACTS") == "1":
-        sys.stderr.write("runnerjob: kept %s\n" % path)
-        return
-    shutil.rmtree(path, ignore_errors=True)
+IDENT = eejob.SITE_IDENT
+VERBOSITY = eejob.VERBOSITY
 
 
 def site_run():
     """The finished job: dict with pdd, ident, runner, summary, events, seconds, artifact_dir."""
-    if "site" in _RUNS:
-        return _RUNS["site"]
-    pdd = tempfile.mkdtemp(prefix="kvcache-runner-")
-    atexit.register(_cleanup, pdd)
-    kvcache_runner.prepare_private_data_dir(
-        pdd, ROOT, os.path.join(ROOT, "inventories", "lab"), IDENT,
-        collections_path=os.path.join(ROOT, "build", "collections"),
-        envvars={"ANSIBLE_HOME": os.path.join(ROOT, "build", "ansible-home"),
-                 "ANSIBLE_LOCAL_TEMP": os.path.join(ROOT, "build", "ansible-home", "tmp")},
-        settings={"job_timeout": JOB_TIMEOUT, "idle_timeout": 900})
-    started = time.monotonic()
-    runner, summary = kvcache_runner.run_job(pdd, IDENT, playbook=PLAYBOOK, verbosity=VERBOSITY)
-    adir = kvcache_runner.artifact_dir(pdd, IDENT)
-    events = []
-    for path in glob.glob(os.path.join(adir, "job_events", "*.json")):
-        with open(path, encoding="utf-8") as handle:
-            events.append(json.load(handle))
-    events.sort(key=lambda e: e["counter"])
-    _RUNS["site"] = {
-        "pdd": pdd, "ident": IDENT, "runner": runner, "summary": summary, "events": events,
-        "seconds": round(time.monotonic() - started, 1), "artifact_dir": adir,
-    }
-    return _RUNS["site"]
+    return eejob.site_run()
 
 
 def _mask(text):

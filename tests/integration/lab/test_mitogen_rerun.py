@@ -6,8 +6,8 @@ The same ansible-playbook call runs a second playbook after site.yml (STACK_PLAY
 into the test's temp dir: ansible-lint cannot resolve Mitogen's action, so it is not a file of
 the tree): its `mitogen_get_stack` action exists only under Mitogen's strategy, and it prints the connection
 Mitogen ran each host over (`docker` for the lab's containers), so a rerun that fell back to
-the vanilla executor fails here. The vanilla rerun is test_runner.py's (through ansible-runner)
-and test_execution_environment.py's (from the EE); this one is the opt-in's test in CI
+the vanilla executor fails here. The vanilla rerun is the execution environment's (eejob.py, through
+ansible-runner, read by test_runner.py and test_execution_environment.py); this one is the opt-in's test in CI
 (issue #24: "tested in CI at least by the lab's rerun test").
 
 build/mitogen comes from `make mitogen` (scripts/lab-test.sh runs it before the tests).

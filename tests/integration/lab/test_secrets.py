@@ -3,8 +3,9 @@
 The secrets are the lab's own (build/lab/secrets: api-key, s3-access-key, s3-secret-key;
 in production they are in vault). Zero hits are allowed in:
 
-- the output of site.yml run with -vvv through ansible-runner (runnerjob.py, the same run
-  test_runner.py checks): every file of the job's artifact directory (stdout, job_events/,
+- the output of site.yml run with -vvv through ansible-runner from the execution environment
+  (runnerjob.py -> eejob.py, the same run test_runner.py and test_execution_environment.py
+  check): every file of the job's artifact directory (stdout, job_events/,
   command, fact cache, the validation report);
 - on every lab host: every file under /etc/systemd/system (whatever its mode), `systemctl
   show` of every kvcache* unit, the whole journal in verbose form (every field, not only
