@@ -50,7 +50,7 @@ def job_ansible_cfg(checkout_cfg=os.path.join(ROOT, "ansible.cfg")):
     for section in parser.sections():
         for key in CHECKOUT_ONLY_KEYS:
             parser.remove_option(section, key)
-    lines = ["# Written by tests/integration/lab/test_execution_environment.py: the checkout's",
+    lines = ["# Written by tests/integration/lab/eejob.py: the checkout's",
              "# ansible.cfg minus inventory, home and collections_path (the EE's collections serve)."]
     for section in parser.sections():
         lines.append("[%s]" % section)

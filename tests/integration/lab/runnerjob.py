@@ -15,7 +15,6 @@ import json
 import os
 
 import eejob
-from labutil import ROOT
 
 IDENT = eejob.SITE_IDENT
 VERBOSITY = eejob.VERBOSITY
@@ -28,12 +27,7 @@ def site_run():
 
 def _mask(text):
     """text with the lab's secrets (build/lab/secrets/*) replaced by their file names."""
-    for name in glob.glob(os.path.join(ROOT, "build", "lab", "secrets", "*")):
-        with open(name, encoding="utf-8") as handle:
-            value = handle.read().strip()
-        if value:
-            text = text.replace(value, "<%s>" % os.path.basename(name))
-    return text
+    return eejob.mask(text, eejob.lab_secrets())
 
 
 def failed_tasks(run):
