@@ -10,15 +10,21 @@
 
 Rows go to $KVCACHE_BUILD_DIR/suite-times.tsv (name, seconds, result), one line per suite,
 appended as each ends; the make lanes run side by side, so the suites' times add up to more
-than the run's wall time, which the table's last line gives (.ci/run measures it).
+than the run's wall time, which the table's last line gives (.ci/run measures it). Each suite's
+output is also kept in $KVCACHE_BUILD_DIR/suite-logs/<name>.log, and the table repeats the last
+lines of every failed suite's: a lane prints a suite when it ends, often an hour before the run
+does, and a CI log is read from its end.
 """
 import os
+import re
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# How much of a failed suite's output the table repeats.
+TAIL_LINES = 30
 
 
 def _rows_file():
@@ -32,14 +38,32 @@ def _append(name, seconds, result):
         handle.write("%s\t%.0f\t%s\n" % (name, seconds, result))
 
 
+def _log_file(name):
+    """Where a suite's whole output is kept: build/suite-logs/<name>.log."""
+    logs = os.path.join(os.path.dirname(_rows_file()), "suite-logs")
+    os.makedirs(logs, exist_ok=True)
+    return os.path.join(logs, re.sub(r"[^A-Za-z0-9._-]+", "_", name) + ".log")
+
+
 def run(name, argv):
+    """Run one suite; its output goes on to our stdout (stderr merged) and into its log."""
     start = time.monotonic()
-    try:
-        # close_fds=False: a make under it keeps the parent make's jobserver (-j2)
-        code = subprocess.call(argv, close_fds=False)
-    except OSError as exc:
-        sys.stderr.write("suite-time: %s: %s\n" % (name, exc))
-        code = 127
+    with open(_log_file(name), "wb") as log:
+        try:
+            # close_fds=False: a make under it keeps the parent make's jobserver (-j2)
+            proc = subprocess.Popen(argv, close_fds=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            sys.stderr.write("suite-time: %s: %s\n" % (name, exc))
+            log.write(("suite-time: %s: %s\n" % (name, exc)).encode())
+            code = 127
+        else:
+            out = getattr(sys.stdout, "buffer", sys.stdout)
+            for line in iter(proc.stdout.readline, b""):
+                out.write(line)
+                out.flush()
+                log.write(line)
+            proc.stdout.close()
+            code = proc.wait()
     _append(name, time.monotonic() - start, "passed" if code == 0 else "FAILED (exit %d)" % code)
     return code
 
@@ -66,6 +90,16 @@ def table(total=None):
         with open(path) as handle:
             rows = [line.rstrip("\n").split("\t") for line in handle if line.strip()]
     width = max([len(r[0]) for r in rows] + [len("suite")])
+    # A failed suite's last lines come last but for the table: the part of a CI log people see
+    # first is its end, and the lanes print each suite whole, long before the run ends.
+    for name, _seconds, result in rows:
+        log = _log_file(name)
+        if result != "passed" and os.path.exists(log):
+            with open(log, "rb") as handle:
+                lines = handle.read().decode("utf-8", "replace").splitlines()
+            print("==> the end of %s's output (all of it: %s)" % (name, os.path.relpath(log, ROOT)))
+            for line in lines[-TAIL_LINES:]:
+                print("    " + line)
     print("==> wall time of each suite (make test's lanes run side by side: the rows add up to more than the total)")
     print("%-*s  %8s  %s" % (width, "suite", "seconds", "result"))
     for name, seconds, result in rows:

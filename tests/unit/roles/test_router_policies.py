@@ -446,17 +446,45 @@ def test_the_router_knows_the_nodes_tested_lmcache():
 LMCACHE_VENV = os.path.join(ROOT, "build", "gpu-contract", "pins-0.32.0-0.5.6", "venv")
 
 
+def lmcache_venv_is_complete(venv):
+    """inference_env's own mark of a finished venv (tasks/sync.yml writes it last)."""
+    return os.path.exists(os.path.join(venv, "bin", "python")) and os.path.exists(
+        os.path.join(venv, "kvcache-requirements.lock"))
+
+
+def test_a_venv_counts_only_once_inference_env_has_recorded_its_lock(tmp_path):
+    """A venv in the making (interpreter there, packages not yet) is not taken for a built one."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    assert not lmcache_venv_is_complete(str(venv))
+    (venv / "kvcache-requirements.lock").write_text("lmcache==0.5.6\n")
+    assert lmcache_venv_is_complete(str(venv))
+    sync = yaml.safe_load(open(os.path.join(ROOT, "roles", "inference_env", "tasks", "sync.yml")))
+    names = [task.get("name", "") for task in sync]
+    recorded = [i for i, task in enumerate(sync) if "kvcache-requirements.lock" in str(task)
+                or "Record which lock" in task.get("name", "")]
+    installed = [i for i, name in enumerate(names) if name.startswith("Install the locked packages")]
+    imported = [i for i, name in enumerate(names) if name.startswith("Check that vllm and lmcache import")]
+    assert recorded and installed and imported and recorded[0] > max(installed + imported), names
+
+
 def test_lmcache_0_5_6_loads_the_kvaware_node_config(tmp_path, node_configs):
     """The keys are the ones LMCache 0.5.6 reads: its own loader and validation accept the
     file (enable_controller without controller_reply_url raises there).
 
     Needs the GPU contract's venv: `make check` runs before it is built (and skips this), so
     `make test` runs this test again after `make gpu-contract` with KVCACHE_REQUIRE_LMCACHE=1,
-    where a missing venv fails instead of skipping."""
-    if not os.path.exists(os.path.join(LMCACHE_VENV, "bin", "python")):
+    where a missing venv fails instead of skipping.
+
+    A venv counts only once inference_env has finished it: the lock it was built from is
+    recorded last (kvcache-requirements.lock), after the install and the import check. Its
+    bin/python exists from the first second of the build, which `make test` runs beside
+    `make check`: the CI run of 2026-12-07 ran this test on a half-installed venv."""
+    if not lmcache_venv_is_complete(LMCACHE_VENV):
         if os.environ.get("KVCACHE_REQUIRE_LMCACHE") == "1":
-            pytest.fail("no LMCache 0.5.6 venv in %s: run make gpu-contract first" % LMCACHE_VENV)
-        pytest.skip("no LMCache 0.5.6 venv (make gpu-contract builds build/gpu-contract)")
+            pytest.fail("no finished LMCache 0.5.6 venv in %s: run make gpu-contract first" % LMCACHE_VENV)
+        pytest.skip("no finished LMCache 0.5.6 venv (make gpu-contract builds build/gpu-contract)")
     config = node_configs["kvaware"]
     path = tmp_path / "lmcache-config.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -47,3 +47,23 @@ def test_the_table_ends_with_the_total_and_a_closing_count(tmp_path):
     assert out[-2].startswith("total (.ci/run wall time)") and "3000" in out[-2] and "50.0 min" in out[-2]
     assert out[-1] == "suites: 1 passed, 1 failed"
     assert any(line.startswith("fleet") and "FAILED" in line for line in out)
+
+
+def test_a_failed_suite_s_last_lines_are_repeated_before_the_table(tmp_path):
+    """CI shows a run's end: the 2026-12-07 run's gpu-contract-venv failed in its first minute and
+    said why only there, an hour of output above the table."""
+    script = "for i in $(seq 1 40); do echo line $i; done; echo the cause >&2; exit 2"
+    assert _run(tmp_path, "run", "gpu-contract-venv", "--", "sh", "-c", script).returncode == 2
+    _run(tmp_path, "run", "check", "--", "sh", "-c", "echo all good")
+    out = _run(tmp_path, "table").stdout.splitlines()
+    start = out.index("==> the end of gpu-contract-venv's output (all of it: %s)"
+                      % os.path.relpath(str(tmp_path / "suite-logs" / "gpu-contract-venv.log"), ROOT))
+    tail = out[start + 1:out.index("==> wall time of each suite (make test's lanes run side by side: the rows add up to more than the total)")]
+    assert tail[-1] == "    the cause" and tail[0] == "    line 12" and len(tail) == 30
+    assert not any("all good" in line for line in out)
+    assert (tmp_path / "suite-logs" / "check.log").read_text() == "all good\n"
+
+
+def test_a_suite_s_output_still_reaches_the_console(tmp_path):
+    proc = _run(tmp_path, "run", "unit", "--", "sh", "-c", "echo to stdout; echo to stderr >&2")
+    assert proc.stdout.splitlines() == ["to stdout", "to stderr"]
