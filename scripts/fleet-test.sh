@@ -26,7 +26,8 @@
 #     the same lock, mounted READ-ONLY at the venv path; inference_env resolves the lock on
 #     the node and finds the venv already holds it (nothing is installed or copied).
 #   - The model: its config.json only, staged at kvcache_model (engines are never started).
-#   - The router's image (no registry): the router play runs in check mode.
+#   - Running engines: the router (the default, vllm_router, waits for its workers) runs in
+#     check mode.
 # Engines are installed and configured, never started: every run passes
 # -e vllm_start_instances=false (the production knob for exactly that; issue #18 names it).
 set -euo pipefail
@@ -239,11 +240,6 @@ snapshot() {  # snapshot <phase>: what the nodes hold now, for tests/integration
 }
 
 fleet=(-e '{"vllm_start_instances": false}')
-# Docker's CLI on the router host, which the production-stack router role looks for (the
-# daemon cannot run in an unprivileged container; the router play runs in check mode).
-docker exec "$(container router-01)" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-  apt-get install -y -qq --no-install-recommends docker.io' >"$logs/router-docker-cli.log" 2>&1 &
-cli_pid=$!
 
 # Storage in check mode, on the nodes (the ONTAP play on the controller is limited out: it
 # has its own tests against the strict API double, make integration). This build machine's
@@ -267,10 +263,11 @@ say "converge: preflight, nodes, monitoring (real)"
 play converge "${fleet[@]}" playbooks/preflight.yml playbooks/nodes.yml \
   "$fleet_dir/playbooks/monitoring.yml"
 snapshot converge
-wait "$cli_pid" || { tail -n 20 "$logs/router-docker-cli.log"; echo "fleet: docker CLI install failed on router-01" >&2; exit 1; }
 # The rerun (which must change nothing) and the router play alone (check mode, a run of its
-# own without the nodes' play: what it derives comes from the nodes' GPUs) side by side.
-say "rerun (must change nothing) and router and monitoring alone, without the nodes' play (check mode: no router image here), side by side"
+# own without the nodes' play: what it derives comes from the nodes' GPUs) side by side. The
+# example's router is the default, vllm_router, which waits at its start for its workers to
+# answer: the engines never start here, so its play runs in check mode.
+say "rerun (must change nothing) and router and monitoring alone, without the nodes' play (check mode: the engines never start), side by side"
 together "rerun \"\${fleet[@]}\" playbooks/preflight.yml playbooks/nodes.yml \"\$fleet_dir/playbooks/monitoring.yml\"" \
   "alone --check \"\${fleet[@]}\" playbooks/router.yml \"\$fleet_dir/playbooks/monitoring.yml\""
 say "converge at kvcache_tensor_parallel_size=2"

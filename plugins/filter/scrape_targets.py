@@ -59,7 +59,7 @@ options:
     description:
       - Values for variables a host does not define, for example C(lmcache_mp_http_port=8080),
         C(lmcache_mp_http_host=127.0.0.1), C(kvcache_lmcache_mode=multiprocess), C(router_port=8001),
-        C(router_metrics_port=29000) and C(router_implementation=production_stack).
+        C(router_metrics_port=29000) and C(router_implementation=vllm_router).
     type: dict
     default: {}
   loopback:
@@ -203,7 +203,7 @@ def _lmcache_mp(host, hvars, defaults, loopback):
 
 
 def _router(host, hvars, defaults):
-    implementation = _lookup(hvars, "router_implementation", defaults) or "production_stack"
+    implementation = _lookup(hvars, "router_implementation", defaults) or "vllm_router"
     address = _lookup(hvars, "ansible_host", {}) or host
     # Both implementations: the router role's front serves /metrics on router_metrics_port.
     port = _port(host, "router_metrics_port", _lookup(hvars, "router_metrics_port", defaults))

@@ -394,21 +394,23 @@ CONTROLLER_KEYS = {"enable_controller", "lmcache_instance_id", "controller_pull_
 
 
 NODE_SIDE = {
-    "kvaware": ({"router_routing_logic": "kvaware"},
+    "kvaware": ({"router_implementation": "production_stack", "router_routing_logic": "kvaware"},
                 {"enable_controller": True, "lmcache_instance_id": "gpu-a01", "controller_pull_url": "10.0.0.5:9000",
                  "controller_reply_url": "10.0.0.5:9001", "lmcache_worker_ports": [9400, 9401]}),
     "kvaware, router_host and ports": (
-        {"router_routing_logic": "kvaware", "router_host": "192.168.7.2", "router_lmcache_controller_port": 7000,
+        {"router_implementation": "production_stack", "router_routing_logic": "kvaware", "router_host": "192.168.7.2", "router_lmcache_controller_port": 7000,
          "router_lmcache_controller_reply_port": 7001},
         {"enable_controller": True, "lmcache_instance_id": "gpu-a01", "controller_pull_url": "192.168.7.2:7000",
          "controller_reply_url": "192.168.7.2:7001", "lmcache_worker_ports": [9400, 9401]}),
     "kvaware, wildcard router_host": (
-        {"router_routing_logic": "kvaware", "router_host": "0.0.0.0"},
+        {"router_implementation": "production_stack", "router_routing_logic": "kvaware", "router_host": "0.0.0.0"},
         {"enable_controller": True, "lmcache_instance_id": "gpu-a01", "controller_pull_url": "10.0.0.5:9000",
          "controller_reply_url": "10.0.0.5:9001", "lmcache_worker_ports": [9400, 9401]}),
     "roundrobin": ({}, {}),
     "prefixaware": ({"router_routing_logic": "prefixaware"}, {}),
     "vllm_router": ({"router_routing_logic": "kvaware", "router_implementation": "vllm_router"}, {}),
+    # kvaware is production_stack's: with the default router (vllm_router) nothing reports
+    "kvaware, the default router": ({"router_routing_logic": "kvaware"}, {}),
 }
 
 
