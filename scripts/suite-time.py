@@ -23,8 +23,12 @@ import time
 import xml.etree.ElementTree as ET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# How much of a failed suite's output the table repeats.
+# How much of a failed suite's output the table repeats: its last lines, and before them the
+# first lines above those that name an error (ansible-test's ERROR:, pytest's FAILED, Ansible's
+# fatal:, make's Error).
 TAIL_LINES = 30
+ERROR_LINES = 20
+ERROR_LINE = re.compile(r"^(ERROR|FATAL)[: ]|^FAILED |fatal: \[|\*\*\* \[.*\] Error |^E  ")
 
 
 def _rows_file():
@@ -98,6 +102,14 @@ def table(total=None):
             with open(log, "rb") as handle:
                 lines = handle.read().decode("utf-8", "replace").splitlines()
             print("==> the end of %s's output (all of it: %s)" % (name, os.path.relpath(log, ROOT)))
+            # make's gates print whole, one after the other: the failing one's lines may sit far
+            # above the end, so the lines that name an error come first.
+            errors = [line for line in lines[:-TAIL_LINES] if ERROR_LINE.search(line)][:ERROR_LINES]
+            if errors:
+                print("    (lines above that name an error)")
+                for line in errors:
+                    print("    " + line)
+                print("    (the last %d lines)" % TAIL_LINES)
             for line in lines[-TAIL_LINES:]:
                 print("    " + line)
     print("==> wall time of each suite (make test's lanes run side by side: the rows add up to more than the total)")

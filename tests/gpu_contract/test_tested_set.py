@@ -19,6 +19,10 @@ def _pins(path):
                     if line.strip() and not line.lstrip().startswith("#"))
 
 
+def _norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _requirements(name):
     return os.path.join(INFO["pair_dir"], "requirements", name)
 
@@ -38,10 +42,9 @@ def test_the_pair_was_resolved_within_its_tested_set():
 
 def test_the_venv_holds_the_tested_versions():
     wanted = _pins(_requirements("constraints.txt")) if INFO["tested"] else _pins(_requirements("requirements.lock"))
-    norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()  # noqa: E731
     # the venv's own site-packages only: the pytest overlay appended to sys.path has its own packaging
     paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
-    installed = {norm(dist.metadata["Name"]): dist.version for dist in importlib.metadata.distributions(path=paths)}
-    differ = {name: (version, installed.get(norm(name))) for name, version in wanted.items()
-              if installed.get(norm(name)) != version}
+    installed = {_norm(dist.metadata["Name"]): dist.version for dist in importlib.metadata.distributions(path=paths)}
+    differ = {name: (version, installed.get(_norm(name))) for name, version in wanted.items()
+              if installed.get(_norm(name)) != version}
     assert not differ, "installed version differs from the tested set (wanted, installed): %s" % differ

@@ -67,3 +67,17 @@ def test_a_failed_suite_s_last_lines_are_repeated_before_the_table(tmp_path):
 def test_a_suite_s_output_still_reaches_the_console(tmp_path):
     proc = _run(tmp_path, "run", "unit", "--", "sh", "-c", "echo to stdout; echo to stderr >&2")
     assert proc.stdout.splitlines() == ["to stdout", "to stderr"]
+
+
+def test_the_lines_that_name_an_error_come_before_the_tail(tmp_path):
+    """make check prints its gates whole one after the other: a sanity ERROR sat 70 lines above
+    the end of check's output, behind the unit tests' coverage table (rehearsal, 2026-12-07)."""
+    script = ("echo 'Running sanity test pep8'; echo 'ERROR: Found 1 pep8 issue(s)'; "
+              "for i in $(seq 1 40); do echo coverage row $i; done; exit 2")
+    _run(tmp_path, "run", "check", "--", "sh", "-c", script)
+    out = _run(tmp_path, "table").stdout.splitlines()
+    errors = out.index("    (lines above that name an error)")
+    assert out[errors + 1] == "    ERROR: Found 1 pep8 issue(s)"
+    assert out[errors + 2] == "    (the last 30 lines)"
+    assert out[out.index("==> wall time of each suite (make test's lanes run side by side: the rows add up to more "
+                         "than the total)") - 1] == "    coverage row 40"
