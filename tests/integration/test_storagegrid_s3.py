@@ -17,6 +17,7 @@ from tests.integration.conftest import ROOT, flat, recap
 
 TENANT_PASSWORD = "double-tenant-password"
 USER_ID = "00000000-0000-4000-8000-000000000077"
+ADMIN_ID = "00000000-0000-4000-8000-0000000000ad"
 
 
 @pytest.fixture
@@ -67,13 +68,20 @@ def first_run(api):
         "GET /api/versions",
         "POST " + grid_path(api, "/authorize"),
         "GET " + grid_path(api, "/org/users/user/kvcache"),
+        "GET " + grid_path(api, "/org/groups/group/kvcache-data-kvcache"),
+        "POST " + grid_path(api, "/org/groups"),
+        "PUT " + grid_path(api, "/org/users/%s" % USER_ID),
         "GET " + grid_path(api, "/org/containers"),
         "POST " + grid_path(api, "/org/containers"),
         "GET " + grid_path(api, "/org/containers/kvcache/versioning"),
         "POST " + grid_path(api, "/org/users/%s/s3-access-keys" % USER_ID),
+        # the nodes' key reads the rule (its policy allows that), a temporary key writes it
+        "GET /kvcache?lifecycle",
+        "POST " + grid_path(api, "/org/users/current-user/s3-access-keys"),
         "GET /kvcache?lifecycle",
         "PUT /kvcache?lifecycle",
         "GET /kvcache?lifecycle",
+        "DELETE " + grid_path(api, "/org/users/current-user/s3-access-keys/SGKEY000000000000002"),
     ]
 
 
@@ -92,8 +100,8 @@ def test_first_run_creates_bucket_one_key_and_the_rule(tls_dir, run_playbook, tm
     try:
         result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path))
         assert result.returncode == 0, result.stdout[-4000:]
-        assert mgmt_calls(grid) == first_run(api)
-        login, bucket, key = [grid.server.requests[i] for i in (1, 4, 6)]
+        assert mgmt_calls(grid) == first_run(api), mgmt_calls(grid)
+        login, bucket, key = [grid.server.requests[i] for i in (1, 7, 9)]
         assert login["body"] == {"accountId": grid.account_id, "username": grid.username,
                                  "password": TENANT_PASSWORD, "cookie": False, "csrfToken": False}
         assert bucket["body"] == {"name": "kvcache", "region": "us-east-1"}
@@ -106,12 +114,44 @@ def test_first_run_creates_bucket_one_key_and_the_rule(tls_dir, run_playbook, tm
         assert rule.find("s3:Rule/s3:Status", ns).text == "Enabled"
         assert rule.find("s3:Rule/s3:Expiration/s3:Days", ns).text == "3"
         assert [child.tag.split("}")[1] for child in rule.find("s3:Rule", ns)] == ["ID", "Status", "Filter", "Expiration"]
-        # The S3 calls are signed with the key just created.
+        # The nodes' key (just created) reads the rule; a temporary key of the management user
+        # writes it, and is gone after the run.
         access_key = list(grid.keys)[0]
-        assert "Credential=%s/" % access_key in grid.server.requests[7]["user"][1]
+        assert "Credential=%s/" % access_key in grid.server.requests[10]["user"][1]
+        assert "Credential=SGKEY000000000000002/" in grid.server.requests[13]["user"][1]
+        assert list(grid.keys) == [access_key] and grid.keys[access_key]["owner"] == USER_ID
+        check_least_privilege(grid)
     finally:
         grid.stop()
     check_key_file_and_output(grid, tmp_path, result, access_key)
+
+
+DATA_POLICY = {"Statement": [
+    {"Sid": "KvcacheObjects", "Effect": "Allow",
+     "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
+                "s3:ListMultipartUploadParts"],
+     "Resource": ["urn:sgws:s3:::kvcache/*"]},
+    {"Sid": "KvcacheBucket", "Effect": "Allow",
+     "Action": ["s3:ListBucket", "s3:ListBucketMultipartUploads", "s3:GetLifecycleConfiguration"],
+     "Resource": ["urn:sgws:s3:::kvcache"]},
+]}
+
+
+def check_least_privilege(grid):
+    """The key user is in the data group alone, whose policy is the bucket's object operations."""
+    group = next(g for g in grid.groups.values() if g["uniqueName"] == "group/kvcache-data-kvcache")
+    assert group["policies"] == {"management": {}, "s3": DATA_POLICY}
+    assert grid.users["user/kvcache"]["memberOf"] == [group["id"]]
+    for action, resource, allowed in [
+            ("s3:PutObject", "urn:sgws:s3:::kvcache/chunk", True),
+            ("s3:GetObject", "urn:sgws:s3:::kvcache/chunk", True),
+            ("s3:GetLifecycleConfiguration", "urn:sgws:s3:::kvcache", True),
+            ("s3:PutLifecycleConfiguration", "urn:sgws:s3:::kvcache", False),
+            ("s3:CreateBucket", "urn:sgws:s3:::other", False),
+            ("s3:DeleteBucket", "urn:sgws:s3:::kvcache", False),
+            ("s3:PutBucketPolicy", "urn:sgws:s3:::kvcache", False),
+            ("s3:GetObject", "urn:sgws:s3:::other/chunk", False)]:
+        assert grid.allowed(USER_ID, action, resource) is allowed, (action, resource)
 
 
 def check_key_file_and_output(grid, tmp_path, result, access_key):
@@ -132,12 +172,14 @@ def test_rerun_reuses_the_key_file_and_changes_nothing(grid, run_playbook, tmp_p
         "GET /api/versions",
         "POST /api/v4/authorize",
         "GET /api/v4/org/users/user/kvcache",
+        "GET /api/v4/org/groups/group/kvcache-data-kvcache",
         "GET /api/v4/org/containers",
         "GET /api/v4/org/containers/kvcache/versioning",
         "GET /api/v4/org/users/%s/s3-access-keys/%s" % (USER_ID, access_key),
         "GET /kvcache?lifecycle",
     ]
-    assert grid.created_keys == 1
+    # one key for the nodes, one temporary key of the first run (deleted): none made now
+    assert grid.created_keys == 2 and list(grid.keys) == [access_key]
     assert recap(result.stdout)["changed"] == 0
     assert secrets_in(result.stdout + result.stderr, grid) == []
 
@@ -151,7 +193,7 @@ def test_key_from_vault_is_checked_never_recreated(grid, run_playbook, tmp_path)
         storagegrid_s3_access_key=access_key, storagegrid_s3_secret_key=entry["secret"]))
     assert result.returncode == 0, result.stdout[-4000:]
     assert "POST /api/v4/org/users/%s/s3-access-keys" % USER_ID not in grid.server.calls()
-    assert grid.created_keys == 1
+    assert grid.created_keys == 2 and list(grid.keys) == [access_key]
 
 
 def test_unknown_vault_key_fails_and_creates_nothing(grid, run_playbook, tmp_path):
@@ -229,7 +271,7 @@ def test_tls_with_the_site_ca(grid, run_playbook, tmp_path):
     result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path, storagegrid_s3_validate_certs=True,
                                                       storagegrid_s3_ca_bundle=grid.server.ca_file))
     assert result.returncode == 0, result.stdout[-4000:]
-    assert grid.containers and grid.created_keys == 1 and "kvcache" in grid.lifecycle
+    assert grid.containers and len(grid.keys) == 1 and "kvcache" in grid.lifecycle
 
 
 def lifecycle_puts(grid):
@@ -273,7 +315,8 @@ def test_the_double_takes_a_lifecycle_put_only_with_content_md5(grid, sender, re
     from ansible_collections.kvcache.offload.plugins.modules.s3_lifecycle import content_md5_only
 
     grid.containers.append({"name": "kvcache"})
-    grid.keys["SGKEYTEST"] = {"owner": USER_ID, "id": "key-test", "secret": "double-secret-test"}
+    # a key of the tenant's administrator (root access): allowed to change the rule
+    grid.keys["SGKEYTEST"] = {"owner": ADMIN_ID, "id": "key-test", "secret": "double-secret-test"}
     client = boto3.session.Session(aws_access_key_id="SGKEYTEST", aws_secret_access_key="double-secret-test",
                                    region_name="us-east-1").client(
         "s3", endpoint_url="https://localhost:%d" % grid.server.port, verify=False,
@@ -294,3 +337,73 @@ def test_the_double_takes_a_lifecycle_put_only_with_content_md5(grid, sender, re
     else:
         client.put_bucket_lifecycle_configuration(Bucket="kvcache", LifecycleConfiguration=rules)
         assert "kvcache" in grid.lifecycle
+
+
+def _client(grid, access, secret):
+    import boto3
+    from botocore.config import Config
+    return boto3.session.Session(aws_access_key_id=access, aws_secret_access_key=secret, region_name="us-east-1").client(
+        "s3", endpoint_url="https://localhost:%d" % grid.server.port, verify=False,
+        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1},
+                      connect_timeout=5, read_timeout=5))
+
+
+def test_the_nodes_key_cannot_change_the_bucket(grid, run_playbook, tmp_path):
+    """Issue #33 item 4: the nodes' key can read the rule, not change it (nor anything else of
+    the bucket). The old role wrote the rule with that same key: against this double it failed
+    with AccessDenied at its lifecycle PUT (the key user starts in no group, as the Tenant Manager
+    creates it), which is how it was made to fail first."""
+    from botocore.exceptions import ClientError
+
+    assert run_playbook("storagegrid_s3", role_vars(grid, tmp_path)).returncode == 0
+    access_key, entry = list(grid.keys.items())[0]
+    client = _client(grid, access_key, entry["secret"])
+    assert client.get_bucket_lifecycle_configuration(Bucket="kvcache")["Rules"][0]["ID"] == "kvcache-expiration"
+    rules = {"Rules": [{"ID": "r", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 1}}]}
+    for call in (lambda: client.put_bucket_lifecycle_configuration(Bucket="kvcache", LifecycleConfiguration=rules),
+                 lambda: client.delete_bucket_lifecycle(Bucket="kvcache")):
+        with pytest.raises(ClientError) as caught:
+            call()
+        assert caught.value.response["Error"]["Code"] == "AccessDenied"
+    assert "<ID>kvcache-expiration</ID>" in grid.lifecycle["kvcache"]
+
+
+def test_a_widened_group_is_set_back_and_the_key_user_kept_alone_in_it(grid, run_playbook, tmp_path):
+    assert run_playbook("storagegrid_s3", role_vars(grid, tmp_path)).returncode == 0
+    group = next(g for g in grid.groups.values() if g["uniqueName"] == "group/kvcache-data-kvcache")
+    # someone widens the group and adds the key user to the administrators
+    group["policies"] = {"management": {"manageAllContainers": True},
+                         "s3": {"Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "urn:sgws:s3:::*"}]}}
+    grid.users["user/kvcache"]["memberOf"].append("00000000-0000-4000-8000-0000000000a1")
+    assert grid.allowed(USER_ID, "s3:DeleteBucket", "urn:sgws:s3:::kvcache")
+    grid.server.clear()
+    result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path))
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert grid.server.calls(mutating_only=True) == [
+        "POST /api/v4/authorize", "PUT /api/v4/org/groups/%s" % group["id"], "PUT /api/v4/org/users/%s" % USER_ID]
+    assert recap(result.stdout)["changed"] == 2
+    check_least_privilege(grid)
+
+
+def test_a_management_user_that_may_not_change_the_rule_is_named_and_its_key_deleted(grid, run_playbook, tmp_path):
+    grid.groups["00000000-0000-4000-8000-0000000000a1"]["policies"]["management"] = {"manageOwnS3Credentials": True}
+    result = run_playbook("storagegrid_s3", role_vars(grid, tmp_path))
+    assert result.returncode != 0
+    text = flat(result.stdout)
+    assert "could not be set with a temporary key of kvcache-admin" in text and "Root access or Manage all buckets" in text
+    assert "DELETE /api/v4/org/users/current-user/s3-access-keys/SGKEY000000000000002" in grid.server.calls()
+    assert [v["owner"] for v in grid.keys.values()] == [USER_ID]
+    assert secrets_in(result.stdout + result.stderr, grid) == []
+
+
+def test_the_double_refuses_what_storagegrid_refuses_in_a_group(grid):
+    from tests.doubles.storagegrid_rest import check_group_s3_policy
+
+    assert check_group_s3_policy(DATA_POLICY) is None
+    assert "Principal" in check_group_s3_policy(
+        {"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": "urn:sgws:s3:::b/*"}]})
+    assert "Resource" in check_group_s3_policy(
+        {"Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "b/*"}]})
+    maybe = {"Effect": "Maybe", "Action": "s3:GetObject", "Resource": "urn:sgws:s3:::b"}
+    assert "Effect" in check_group_s3_policy({"Statement": [maybe]})
+    assert grid.allowed(USER_ID, "s3:GetObject", "urn:sgws:s3:::kvcache/x") is False  # no group: nothing
