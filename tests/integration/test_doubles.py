@@ -277,7 +277,9 @@ def test_grid_double_takes_only_the_lifecycle_elements_storagegrid_documents(rul
 def test_grid_double_refuses_a_lifecycle_put_it_does_not_take(grid_at):
     grid = grid_at()
     grid.containers.append({"name": "kvcache", "region": "us-east-1"})
-    grid.keys["SGKEY1"] = {"owner": "x", "id": "key-1", "secret": "s"}
+    # a key of the tenant's administrator (root access: the double checks permissions too)
+    admin = grid.users["user/" + grid.username]["id"]
+    grid.keys["SGKEY1"] = {"owner": admin, "id": "key-1", "secret": "s"}
     signed = {"Authorization": "AWS4-HMAC-SHA256 Credential=SGKEY1/20260101/us-east-1/s3/aws4_request, Signature=0"}
     body = lifecycle("<Expiration><Days>7</Days></Expiration><AbortIncompleteMultipartUpload>"
                      "<DaysAfterInitiation>1</DaysAfterInitiation></AbortIncompleteMultipartUpload>")
@@ -299,6 +301,26 @@ def test_grid_double_refuses_a_lifecycle_put_it_does_not_take(grid_at):
 def md5(body):
     """The Content-MD5 header of a request body."""
     return {"Content-MD5": base64.b64encode(hashlib.md5(body.encode()).digest()).decode()}
+
+
+def test_grid_double_denies_a_key_whose_user_may_not(grid_at):
+    """StorageGRID evaluates the key's owner: a user in no group may do nothing; a group policy
+    that allows reading the rule does not allow changing it; root access may."""
+    grid = grid_at()
+    grid.containers.append({"name": "kvcache", "region": "us-east-1"})
+    grid.keys["SGKEY2"] = {"owner": grid.users["user/kvcache"]["id"], "id": "key-2", "secret": "s"}
+    signed = {"Authorization": "AWS4-HMAC-SHA256 Credential=SGKEY2/20260101/us-east-1/s3/aws4_request, Signature=0"}
+    good = lifecycle("<Expiration><Days>7</Days></Expiration>")
+    status, answer = call(grid.server, "PUT", "/kvcache", {"lifecycle": ""}, good, dict(signed, **md5(good)))
+    assert status == 403 and "<Code>AccessDenied</Code>" in answer and "kvcache" not in grid.lifecycle
+    grid.groups["g-read"] = {"id": "g-read", "uniqueName": "group/read", "displayName": "read", "policies": {
+        "management": {}, "s3": {"Statement": [{"Effect": "Allow", "Action": "s3:GetLifecycleConfiguration",
+                                                "Resource": "arn:aws:s3:::kvcache"}]}}}
+    grid.users["user/kvcache"]["memberOf"] = ["g-read"]
+    assert call(grid.server, "GET", "/kvcache", {"lifecycle": ""}, None, signed)[0] == 404  # allowed: no rule yet
+    assert call(grid.server, "PUT", "/kvcache", {"lifecycle": ""}, good, dict(signed, **md5(good)))[0] == 403
+    grid.users["user/kvcache"]["memberOf"] = ["00000000-0000-4000-8000-0000000000a1"]  # root access
+    assert call(grid.server, "PUT", "/kvcache", {"lifecycle": ""}, good, dict(signed, **md5(good)))[0] == 200
 
 
 def test_grid_double_refuses_unknown_bucket_fields(grid_at):
