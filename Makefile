@@ -145,7 +145,7 @@ gpu-contract-venv: venv
 # The GPU contract needs about 18 GB under build/ and 6 minutes cold (docs/gpu-acceptance.md).
 # Its venv (about 3 minutes cold, mostly downloads and disk writes) is built beside make check.
 test: ## Everything CI runs: check, molecule, integration, the GPU contract, the GPU-shaped fleet, the built collection, the lab end to end
-	@rm -f $(BUILD)/suite-times.tsv
+	@rm -f $(BUILD)/suite-times.tsv $(BUILD)/suite-failures.tsv
 	@python3 scripts/disk-preflight.py
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-check test-gpu-contract-venv
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-containers test-controller

@@ -13,7 +13,9 @@ appended as each ends; the make lanes run side by side, so the suites' times add
 than the run's wall time, which the table's last line gives (.ci/run measures it). Each suite's
 output is also kept in $KVCACHE_BUILD_DIR/suite-logs/<name>.log, and the table repeats the last
 lines of every failed suite's: a lane prints a suite when it ends, often an hour before the run
-does, and a CI log is read from its end.
+does, and a CI log is read from its end. A CI log keeps only its last ~34 lines: the table is
+printed two rows to a line, and its last lines before the count say why each failed suite
+failed (a JUnit report's failure messages, else the first line that names an error).
 """
 import os
 import re
@@ -29,6 +31,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAIL_LINES = 30
 ERROR_LINES = 20
 ERROR_LINE = re.compile(r"^(ERROR|FATAL)[: ]|^FAILED |fatal: \[|\*\*\* \[.*\] Error |^E  ")
+# The closing "why" lines: at most this many, each at most WHY_WIDTH characters.
+WHY_LINES = 12
+WHY_WIDTH = 200
 
 
 def _rows_file():
@@ -40,6 +45,15 @@ def _rows_file():
 def _append(name, seconds, result):
     with open(_rows_file(), "a") as handle:
         handle.write("%s\t%.0f\t%s\n" % (name, seconds, result))
+
+
+def _failures_file():
+    return os.path.join(os.path.dirname(_rows_file()), "suite-failures.tsv")
+
+
+def _one_line(text, width):
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _log_file(name):
@@ -79,12 +93,41 @@ def junit(prefix, path):
         name = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
         name = os.path.basename(name)
         seconds, failed = per_file.get(name, (0.0, False))
-        bad = any(child.tag in ("failure", "error") for child in case)
-        per_file[name] = (seconds + float(case.get("time") or 0), failed or bad)
+        bad = [child for child in case if child.tag in ("failure", "error")]
+        per_file[name] = (seconds + float(case.get("time") or 0), failed or bool(bad))
+        for child in bad:
+            # pytest's message is the exception's first lines; the text is the traceback
+            why = child.get("message") or (child.text or "").strip().splitlines()[-1:] or [child.tag]
+            why = why if isinstance(why, str) else why[0]
+            with open(_failures_file(), "a") as handle:
+                handle.write("%s %s\t%s\t%s\n" % (prefix, name, case.get("name"), _one_line(why, 1000)))
     for name in sorted(per_file):
         seconds, failed = per_file[name]
         _append("%s %s" % (prefix, name), seconds, "FAILED" if failed else "passed")
     return 0
+
+
+def _why(rows):
+    """One line per failed test of a JUnit row, else the failed suite's first error line."""
+    junit_failures = []
+    if os.path.exists(_failures_file()):
+        with open(_failures_file()) as handle:
+            junit_failures = [line.rstrip("\n").split("\t") for line in handle if line.strip()]
+    why = []
+    for name, _seconds, result in rows:
+        if result == "passed":
+            continue
+        mine = [f for f in junit_failures if f[0] == name]
+        if mine:
+            why.extend("%s::%s: %s" % (name, test, message) for _name, test, message in mine)
+            continue
+        lines = []
+        if os.path.exists(_log_file(name)):
+            with open(_log_file(name), "rb") as handle:
+                lines = handle.read().decode("utf-8", "replace").splitlines()
+        errors = [line for line in lines if ERROR_LINE.search(line)] or [l for l in lines if l.strip()][-1:]
+        why.append("%s (%s): %s" % (name, result, errors[0] if errors else "no output"))
+    return why
 
 
 def table(total=None):
@@ -113,11 +156,18 @@ def table(total=None):
             for line in lines[-TAIL_LINES:]:
                 print("    " + line)
     print("==> wall time of each suite (make test's lanes run side by side: the rows add up to more than the total)")
-    print("%-*s  %8s  %s" % (width, "suite", "seconds", "result"))
-    for name, seconds, result in rows:
-        print("%-*s  %8s  %s" % (width, name, seconds, result))
+    cells = ["%-*s  %6s  %s" % (width, name, seconds, "passed" if result == "passed" else "FAILED")
+             for name, seconds, result in rows]
+    cell_width = max([len(c) for c in cells] + [0])
+    for i in range(0, len(cells), 2):
+        print("  ".join(c.ljust(cell_width) for c in cells[i:i + 2]).rstrip())
     if total is not None:
-        print("%s  %8d  (%.1f min)" % ("total (.ci/run wall time)".ljust(width), int(total), total / 60.0))
+        print("%s  %6d  (%.1f min)" % ("total (.ci/run wall time)".ljust(width), int(total), total / 60.0))
+    why = _why(rows)
+    if why:
+        print("==> why (the first of each failed suite's errors; all of them: build/suite-logs/)")
+        for line in why[:WHY_LINES]:
+            print(_one_line(line, WHY_WIDTH))
     failed = sum(1 for row in rows if row[2] != "passed")
     print("suites: %d passed, %d failed" % (len(rows) - failed, failed))
     return 0

@@ -15,7 +15,9 @@ SCRIPT = os.path.join(ROOT, "scripts", "suite-time.py")
 
 JUNIT = """<testsuites><testsuite>
 <testcase classname="tests.integration.lab.test_faults" name="a" file="tests/integration/lab/test_faults.py" time="12.5"/>
-<testcase classname="tests.integration.lab.test_faults" name="b" file="tests/integration/lab/test_faults.py" time="3"><failure/></testcase>
+<testcase classname="tests.integration.lab.test_faults" name="b" file="tests/integration/lab/test_faults.py" time="3"><failure message="AssertionError: 1 ok, 2 failed
+  assert 1 &gt;= 10">Traceback
+E   AssertionError</failure></testcase>
 <testcase classname="tests.integration.lab.test_router" name="c" file="tests/integration/lab/test_router.py" time="4.2"/>
 </testsuite></testsuites>"""
 
@@ -44,9 +46,29 @@ def test_the_table_ends_with_the_total_and_a_closing_count(tmp_path):
     _run(tmp_path, "run", "check", "--", "true")
     _run(tmp_path, "run", "fleet", "--", "false")
     out = _run(tmp_path, "table", "--total", "3000").stdout.splitlines()
-    assert out[-2].startswith("total (.ci/run wall time)") and "3000" in out[-2] and "50.0 min" in out[-2]
+    total = [line for line in out if line.startswith("total (.ci/run wall time)")]
+    assert len(total) == 1 and "3000" in total[0] and "50.0 min" in total[0]
     assert out[-1] == "suites: 1 passed, 1 failed"
-    assert any(line.startswith("fleet") and "FAILED" in line for line in out)
+    # two suites to a line: the table fits the part of a CI log that is kept
+    assert any(line.startswith("check") and "passed" in line and "fleet" in line and line.endswith("FAILED")
+               for line in out)
+
+
+def test_the_last_lines_say_why_each_failed_suite_failed(tmp_path):
+    """CI keeps the last ~34 lines of a run: stop 43's test_faults failure was listed there as
+    FAILED, and its assertion was cut (2026-12-07)."""
+    (tmp_path / "j.xml").write_text(JUNIT)
+    _run(tmp_path, "run", "check", "--", "sh", "-c", "echo 'ERROR: Found 1 pep8 issue(s)'; echo more; exit 2")
+    _run(tmp_path, "junit", "lab test", str(tmp_path / "j.xml"))
+    _run(tmp_path, "run", "fleet", "--", "sh", "-c", "echo a; echo the last words; exit 1")
+    out = _run(tmp_path, "table", "--total", "60").stdout.splitlines()
+    why = out[out.index("==> why (the first of each failed suite's errors; all of them: build/suite-logs/)") + 1:]
+    assert why == [
+        "check (FAILED (exit 2)): ERROR: Found 1 pep8 issue(s)",
+        "lab test test_faults.py::b: AssertionError: 1 ok, 2 failed assert 1 >= 10",
+        "fleet (FAILED (exit 1)): the last words",
+        "suites: 1 passed, 3 failed",
+    ]
 
 
 def test_a_failed_suite_s_last_lines_are_repeated_before_the_table(tmp_path):
