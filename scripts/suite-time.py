@@ -31,9 +31,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAIL_LINES = 30
 ERROR_LINES = 20
 ERROR_LINE = re.compile(r"^(ERROR|FATAL)[: ]|^FAILED |fatal: \[|\*\*\* \[.*\] Error |^E  ")
-# The closing "why" lines: at most this many, each at most WHY_WIDTH characters.
-WHY_LINES = 12
+# The closing "why" lines: at most WHY_LINES, each at most WHY_WIDTH characters; one failure's
+# message may take WHY_WRAP of them (an assertion's message says what the test saw).
+WHY_LINES = 14
 WHY_WIDTH = 200
+WHY_WRAP = 4
 
 
 def _rows_file():
@@ -166,8 +168,15 @@ def table(total=None):
     why = _why(rows)
     if why:
         print("==> why (the first of each failed suite's errors; all of them: build/suite-logs/)")
-        for line in why[:WHY_LINES]:
-            print(_one_line(line, WHY_WIDTH))
+        lines = []
+        for one in why:
+            text = " ".join(one.split())
+            chunks = [text[i:i + WHY_WIDTH] for i in range(0, len(text), WHY_WIDTH)] or [""]
+            if len(chunks) > WHY_WRAP:
+                chunks = chunks[:WHY_WRAP - 1] + [_one_line(text[(WHY_WRAP - 1) * WHY_WIDTH:], WHY_WIDTH)]
+            lines.extend(chunks)
+        for line in lines[:WHY_LINES]:
+            print(line)
     failed = sum(1 for row in rows if row[2] != "passed")
     print("suites: %d passed, %d failed" % (len(rows) - failed, failed))
     return 0

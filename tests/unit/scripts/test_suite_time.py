@@ -103,3 +103,13 @@ def test_the_lines_that_name_an_error_come_before_the_tail(tmp_path):
     assert out[errors + 2] == "    (the last 30 lines)"
     assert out[out.index("==> wall time of each suite (make test's lanes run side by side: the rows add up to more "
                          "than the total)") - 1] == "    coverage row 40"
+
+
+def test_a_long_failure_message_takes_a_few_lines_and_no_more(tmp_path):
+    long = "x" * 2000
+    (tmp_path / "j.xml").write_text(JUNIT.replace("AssertionError: 1 ok, 2 failed", long))
+    _run(tmp_path, "junit", "lab test", str(tmp_path / "j.xml"))
+    out = _run(tmp_path, "table").stdout.splitlines()
+    why = out[out.index("==> why (the first of each failed suite's errors; all of them: build/suite-logs/)") + 1:-1]
+    assert len(why) == 4 and all(len(line) <= 200 for line in why)
+    assert why[0].startswith("lab test test_faults.py::b: xxx") and why[-1].endswith("...")
