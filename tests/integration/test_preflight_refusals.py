@@ -224,3 +224,15 @@ def test_a_tenant_api_over_http_is_refused(preflight):
                           "storagegrid_s3_tenant_api_url is http://admin.grid.example.com",
                           "storagegrid_s3_tenant_allow_plain_http: true")
     assert "Host localhost" in text
+
+
+@pytest.mark.parametrize("management_key, said", [
+    ("", "storagegrid_s3_management_access_key / storagegrid_s3_management_secret_key"),
+    ("{{ kvcache_s3_access_key }}", "storagegrid_s3_management_access_key is the nodes' key"),
+], ids=["none", "the-nodes-key"])
+def test_the_nodes_s3_key_as_the_buckets_management_key_is_refused(preflight, management_key, said):
+    """Issue #33 item 4: without the tenant API, the key every node holds created the bucket and
+    wrote its expiration rule. Failed on the code before it: preflight passed (one key did both)."""
+    text = assert_refused(preflight({"kvcache_s3_management_access_key": management_key}),
+                          said, "kvcache_s3_management_access_key", "storagegrid_s3_allow_shared_key: true")
+    assert "Host localhost" in text

@@ -1,7 +1,8 @@
 """Read the lab store back with boto3 (run by verify.yml on the instance).
 
-Keys come from the environment (S3_ACCESS_KEY, S3_SECRET_KEY), never the command line.
-Prints one JSON object: what the store really holds and how it answers wrong keys.
+Keys come from the environment (S3_ACCESS_KEY, S3_SECRET_KEY: the nodes' key), never the command
+line. Prints one JSON object: what the store really holds, how it answers wrong keys, and what
+the nodes' key may not do to the bucket (each call's HTTP status; 200 would be a change).
 """
 import json
 import os
@@ -40,6 +41,16 @@ wrong = client(os.environ["S3_ACCESS_KEY"], "not-the-secret-key-000")
 out["wrong_secret_status"] = status_of(lambda: wrong.list_objects_v2(Bucket=bucket))
 unknown = client("NOSUCHKEY0000000", "not-the-secret-key-000")
 out["unknown_key_status"] = status_of(lambda: unknown.get_object(Bucket=bucket, Key="verify/probe"))
+rule = {"Rules": [{"ID": "planted", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 1}}]}
+out["node_key_management"] = {
+    "create_bucket": status_of(lambda: good.create_bucket(Bucket=bucket + "-planted")),
+    "delete_bucket": status_of(lambda: good.delete_bucket(Bucket=bucket)),
+    "put_lifecycle": status_of(lambda: good.put_bucket_lifecycle_configuration(Bucket=bucket,
+                                                                               LifecycleConfiguration=rule)),
+    "delete_lifecycle": status_of(lambda: good.delete_bucket_lifecycle(Bucket=bucket)),
+    "delete_policy": status_of(lambda: good.delete_bucket_policy(Bucket=bucket)),
+}
+out["rules_after"] = good.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
 try:
     with urllib.request.urlopen("%s/%s/verify/probe" % (endpoint, bucket), timeout=5) as resp:
         out["anonymous_status"] = resp.status

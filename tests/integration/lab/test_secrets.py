@@ -1,6 +1,7 @@
 """Secrets stay secret: the lab's API key and S3 keys appear nowhere they should not.
 
-The secrets are the lab's own (build/lab/secrets: api-key, s3-access-key, s3-secret-key;
+The secrets are the lab's own (build/lab/secrets: api-key, client-api-key, s3-access-key,
+s3-secret-key, s3-management-access-key, s3-management-secret-key;
 in production they are in vault). Zero hits are allowed in:
 
 - the output of site.yml run with -vvv through ansible-runner from the execution environment
@@ -28,7 +29,8 @@ from labutil import ROOT, container_name, docker_exec, group_hosts
 
 SECRETS_DIR = os.path.join(ROOT, "build", "lab", "secrets")
 SECRET_FILES = (("api key", "api-key"), ("client key", "client-api-key"), ("S3 access key", "s3-access-key"),
-                ("S3 secret key", "s3-secret-key"))
+                ("S3 secret key", "s3-secret-key"), ("S3 management access key", "s3-management-access-key"),
+                ("S3 management secret key", "s3-management-secret-key"))
 SCAN_TIMEOUT = 900
 # The trees the roles write to on the hosts (roles/*/defaults, tasks, templates).
 WORLD_READABLE_ROOTS = "/etc /opt /srv /usr/local /var/lib/kvcache* /var/log/kvcache* /run/kvcache*"
