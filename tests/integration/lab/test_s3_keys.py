@@ -79,29 +79,58 @@ def test_the_nodes_key_does_the_caches_object_operations(clients, bucket):
     assert _refused(lambda: node.head_object(Bucket=bucket, Key=key)) in ("404", "NoSuchKey", "NotFound")
 
 
+def _policy(client, bucket):
+    try:
+        return json.loads(client.get_bucket_policy(Bucket=bucket)["Policy"])
+    except botocore.exceptions.ClientError as err:
+        if err.response.get("Error", {}).get("Code") == "NoSuchBucketPolicy":
+            return None
+        raise
+
+
+def _rules(client, bucket):
+    try:
+        return client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    except botocore.exceptions.ClientError as err:
+        if err.response.get("Error", {}).get("Code") == "NoSuchLifecycleConfiguration":
+            return None
+        raise
+
+
 def test_the_nodes_key_cannot_manage_buckets(clients, bucket):
     node, management = clients
-    rule_before = management.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
-    policy_before = json.loads(management.get_bucket_policy(Bucket=bucket)["Policy"])
+    rule_before = _rules(management, bucket)
+    assert rule_before, "the tier's bucket has no expiration rule before the test"
+    policy_before = _policy(management, bucket)
     other = "kvcache-key-test-%s" % uuid.uuid4().hex[:8]
     rule = {"Rules": [{"ID": "planted", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 1}}]}
-    tried = {
-        "create a bucket": _refused(lambda: node.create_bucket(Bucket=other)),
-        "delete the tier's bucket": _refused(lambda: node.delete_bucket(Bucket=bucket)),
-        "write the expiration rule": _refused(
-            lambda: node.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration=rule)),
-        "delete the expiration rule": _refused(lambda: node.delete_bucket_lifecycle(Bucket=bucket)),
-        "replace the bucket policy": _refused(lambda: node.put_bucket_policy(
-            Bucket=bucket, Policy=json.dumps({"Version": "2012-10-17", "Statement": []}))),
-        "delete the bucket policy": _refused(lambda: node.delete_bucket_policy(Bucket=bucket)),
-        "switch versioning on": _refused(lambda: node.put_bucket_versioning(
-            Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})),
-    }
+    try:
+        tried = {
+            "create a bucket": _refused(lambda: node.create_bucket(Bucket=other)),
+            "write the expiration rule": _refused(
+                lambda: node.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration=rule)),
+            "delete the expiration rule": _refused(lambda: node.delete_bucket_lifecycle(Bucket=bucket)),
+            "replace the bucket policy": _refused(lambda: node.put_bucket_policy(
+                Bucket=bucket, Policy=json.dumps({"Version": "2012-10-17", "Statement": []}))),
+            "delete the bucket policy": _refused(lambda: node.delete_bucket_policy(Bucket=bucket)),
+            "switch versioning on": _refused(lambda: node.put_bucket_versioning(
+                Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})),
+            # last: with a key that may, this deletes the tier (SeaweedFS deletes a bucket with objects)
+            "delete the tier's bucket": _refused(lambda: node.delete_bucket(Bucket=bucket)),
+        }
+    finally:
+        # A key that was let through changed the store: set back what the role keeps.
+        if _rules(management, bucket) != rule_before:
+            management.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": rule_before})
+        if policy_before is not None and _policy(management, bucket) != policy_before:
+            management.put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy_before))
+        if other in [b["Name"] for b in management.list_buckets()["Buckets"]]:
+            management.delete_bucket(Bucket=other)
     assert all(code in DENIED for code in tried.values()), tried
     # Refused, and nothing changed: the role's rule and policy are as they were.
-    assert management.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"] == rule_before
-    assert json.loads(management.get_bucket_policy(Bucket=bucket)["Policy"]) == policy_before
-    assert other not in [b["Name"] for b in management.list_buckets()["Buckets"]]
+    assert _rules(management, bucket) == rule_before
+    assert _policy(management, bucket) == policy_before
     # The policy is the role's: it names the nodes' identity.
-    principals = [s.get("Principal", {}).get("AWS") for s in policy_before["Statement"] if s.get("Effect") == "Deny"]
+    assert policy_before is not None, "the tier's bucket has no policy (storagegrid_s3_data_principal)"
+    principals = [st.get("Principal", {}).get("AWS") for st in policy_before["Statement"] if st.get("Effect") == "Deny"]
     assert "arn:aws:iam::*:user/kvcache" in principals, policy_before

@@ -15,7 +15,8 @@ SCRIPT = os.path.join(ROOT, "scripts", "suite-time.py")
 
 JUNIT = """<testsuites><testsuite>
 <testcase classname="tests.integration.lab.test_faults" name="a" file="tests/integration/lab/test_faults.py" time="12.5"/>
-<testcase classname="tests.integration.lab.test_faults" name="b" file="tests/integration/lab/test_faults.py" time="3"><failure message="AssertionError: 1 ok, 2 failed
+<testcase classname="tests.integration.lab.test_faults" name="b" file="tests/integration/lab/test_faults.py" time="3">
+<failure message="AssertionError: 1 ok, 2 failed
   assert 1 &gt;= 10">Traceback
 E   AssertionError</failure></testcase>
 <testcase classname="tests.integration.lab.test_router" name="c" file="tests/integration/lab/test_router.py" time="4.2"/>
