@@ -40,7 +40,7 @@ export LMCACHE_TRACK_USAGE := false
 export ANSIBLE_LINT_SKIP_SCHEMA_UPDATE := 1
 export ANSIBLE_LINT_NODEPS := 0
 
-.PHONY: help venv mitogen collection docker image check lint sanity unit docs docs-check molecule integration gpu-contract gpu-contract-venv fleet dist test test-check test-gpu-contract-venv test-containers test-controller lab lab-test lab-down bench clean
+.PHONY: help venv mitogen promtool collection docker image check lint sanity unit docs docs-check molecule integration gpu-contract gpu-contract-venv fleet dist test test-check test-gpu-contract-venv test-containers test-controller lab lab-test lab-down bench clean
 
 # Every scenario in molecule/; `make molecule MOLECULE_SCENARIOS="nodes router"` runs some.
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
@@ -103,7 +103,11 @@ docs-check: venv
 	@echo "==> generated docs (docs/reference)"
 	@python scripts/gen-docs.py --check
 
-unit: venv mitogen
+# promtool (Debian's prometheus package, extracted into build/tools): the alert rules' unit tests.
+promtool:
+	@scripts/promtool.sh
+
+unit: venv mitogen promtool
 	@echo "==> unit tests"
 	@python -m pytest tests/unit -q --cov=plugins --cov-report=term-missing:skip-covered --cov-report=xml:$(BUILD)/coverage.xml
 
@@ -208,4 +212,4 @@ clean: lab-down ## Remove build/ (the tool venv, reports; the download caches ou
 
 .PHONY: clean-cache
 clean-cache: ## Empty the download caches of pinned inputs (KVCACHE_CACHE_DIR; the next run downloads again)
-	rm -rf $(KVCACHE_CACHE_DIR)/pip $(KVCACHE_CACHE_DIR)/lab $(KVCACHE_CACHE_DIR)/gpu-contract $(KVCACHE_CACHE_DIR)/ansible-test-home
+	rm -rf $(KVCACHE_CACHE_DIR)/pip $(KVCACHE_CACHE_DIR)/lab $(KVCACHE_CACHE_DIR)/gpu-contract $(KVCACHE_CACHE_DIR)/ansible-test-home $(KVCACHE_CACHE_DIR)/promtool
