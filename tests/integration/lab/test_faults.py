@@ -61,6 +61,13 @@ def _unit_story(container, unit, since, lines=12):
     return "%s %s; journal since %s: %s" % (unit, state, since, " | ".join(log[-lines:]))
 
 
+def _story(container, unit, since):
+    """The engine unit's story, then its node's LMCache server's (multiprocess mode: the engine
+    registers with it at start, and the server outlives the killed engine)."""
+    return "%s || %s" % (_unit_story(container, unit, since),
+                         _unit_story(container, "kvcache-lmcache.service", since, lines=6))
+
+
 def unit_state(container, unit):
     out = docker_exec(container, "systemctl", "show", "-p", "MainPID", "-p", "NRestarts", "-p", "ActiveState",
                       unit).stdout
@@ -101,11 +108,11 @@ def test_kill_9_of_an_instance_under_load(instances, all_healthy, router_url, cl
             after = unit_state(container, unit)
         # A failure here says what the unit did (CI run of a711278: this part failed after the
         # whole RESTART_TIMEOUT, and its message said no more than the states).
-        assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1, (before, _unit_story(container, unit, since))
+        assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1, (before, _story(container, unit, since))
         assert after["MainPID"] != before["MainPID"] and after["ActiveState"] == "active", (
-            before, _unit_story(container, unit, since))
+            before, _story(container, unit, since))
         assert wait_healthy([url], timeout=10), "%s did not answer /health after its restart: %s" % (
-            url, _unit_story(container, unit, since))
+            url, _story(container, unit, since))
         # The router sends traffic to it again (its own success counter grows).
         served = metric(url, SUCCESS, {})
         deadline = time.monotonic() + 180
