@@ -58,6 +58,14 @@ def _one_line(text, width):
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+def _log_lines(name):
+    """A suite's kept output, as lines ([] when it has none)."""
+    if not os.path.exists(_log_file(name)):
+        return []
+    with open(_log_file(name), "rb") as handle:
+        return handle.read().decode("utf-8", "replace").splitlines()
+
+
 def _log_file(name):
     """Where a suite's whole output is kept: build/suite-logs/<name>.log."""
     logs = os.path.join(os.path.dirname(_rows_file()), "suite-logs")
@@ -90,7 +98,7 @@ def run(name, argv):
 
 def junit(prefix, path):
     """One row per test file: the sum of its test cases' times, failed if any case failed."""
-    per_file = {}
+    per_file, failures = {}, []
     for case in ET.parse(path).getroot().iter("testcase"):
         name = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
         name = os.path.basename(name)
@@ -99,10 +107,12 @@ def junit(prefix, path):
         per_file[name] = (seconds + float(case.get("time") or 0), failed or bool(bad))
         for child in bad:
             # pytest's message is the exception's first lines; the text is the traceback
-            why = child.get("message") or (child.text or "").strip().splitlines()[-1:] or [child.tag]
-            why = why if isinstance(why, str) else why[0]
-            with open(_failures_file(), "a") as handle:
-                handle.write("%s %s\t%s\t%s\n" % (prefix, name, case.get("name"), _one_line(why, 1000)))
+            traceback = (child.text or "").strip().splitlines()
+            why = child.get("message") or (traceback[-1] if traceback else child.tag)
+            failures.append("%s %s\t%s\t%s\n" % (prefix, name, case.get("name"), _one_line(why, 1000)))
+    if failures:
+        with open(_failures_file(), "a") as handle:
+            handle.writelines(failures)
     for name in sorted(per_file):
         seconds, failed = per_file[name]
         _append("%s %s" % (prefix, name), seconds, "FAILED" if failed else "passed")
@@ -123,10 +133,7 @@ def _why(rows):
         if mine:
             why.extend("%s::%s: %s" % (name, test, message) for _name, test, message in mine)
             continue
-        lines = []
-        if os.path.exists(_log_file(name)):
-            with open(_log_file(name), "rb") as handle:
-                lines = handle.read().decode("utf-8", "replace").splitlines()
+        lines = _log_lines(name)
         errors = [line for line in lines if ERROR_LINE.search(line)] or [l for l in lines if l.strip()][-1:]
         why.append("%s (%s): %s" % (name, result, errors[0] if errors else "no output"))
     return why
@@ -144,8 +151,7 @@ def table(total=None):
     for name, _seconds, result in rows:
         log = _log_file(name)
         if result != "passed" and os.path.exists(log):
-            with open(log, "rb") as handle:
-                lines = handle.read().decode("utf-8", "replace").splitlines()
+            lines = _log_lines(name)
             print("==> the end of %s's output (all of it: %s)" % (name, os.path.relpath(log, ROOT)))
             # make's gates print whole, one after the other: the failing one's lines may sit far
             # above the end, so the lines that name an error come first.
