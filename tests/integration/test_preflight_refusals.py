@@ -236,3 +236,11 @@ def test_the_nodes_s3_key_as_the_buckets_management_key_is_refused(preflight, ma
     text = assert_refused(preflight({"kvcache_s3_management_access_key": management_key}),
                           said, "kvcache_s3_management_access_key", "storagegrid_s3_allow_shared_key: true")
     assert "Host localhost" in text
+
+
+def test_an_alert_duration_prometheus_refuses_is_refused(preflight):
+    """Issue #37 item 2: the alert rules' settings are checked on the monitoring hosts before any
+    host changes (a rule file Prometheus refuses would stop its reload)."""
+    text = assert_refused(preflight({"observability_alert_down_for": "2 minutes"}),
+                          "observability_alert_down_for must be Prometheus durations above zero", "Fix:")
+    assert "Host localhost" in text
