@@ -1,7 +1,9 @@
 # Copyright: (c) 2026, kvcache.offload developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The gds role up to the hardware boundary: its checks refuse what cannot carry GDS (one
-ansible-playbook run, one local host per case), and its cufile.json template renders strict JSON."""
+ansible-playbook run, one local host per case), and its cufile.json template renders strict JSON.
+The tier's transport is kvcache_mount's setting: its checks, run after gds's as preflight runs
+them, refuse GDS on a mount that is not NFS over RDMA."""
 import json
 import os
 import subprocess
@@ -15,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 GPU_OK = {"status": "ok", "driver_branch": "580", "open_kernel_modules_supported": True}
 BASE = {"kvcache_tier": "fs", "kvcache_fs_gds": True, "kvcache_lmcache_mode": "inprocess", "gds_rdma_stack": "inbox",
         "nvidia_driver_kernel_modules": "open", "kvcache_mount_proto": "rdma", "kvcache_mount_type": "nfs",
+        "kvcache_mount_server": "192.0.2.10", "kvcache_mount_export": "/kvcache", "kvcache_fs_path": "/mnt/kvcache-gds-test",
         "fake_gpu_facts": GPU_OK, "fake_kernel": "6.8.0-45-generic"}
 CASES = {
     "ok": {},
@@ -64,6 +67,10 @@ PLAYBOOK = """
     - name: The role's checks
       ansible.builtin.include_role:
         name: kvcache.offload.gds
+        tasks_from: checks
+    - name: The tier mount's checks (its transport)
+      ansible.builtin.include_role:
+        name: kvcache.offload.kvcache_mount
         tasks_from: checks
 """
 

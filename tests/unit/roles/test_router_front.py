@@ -31,7 +31,7 @@ FRONT_RUN = {"ansible_managed": "managed", "router_implementation": "vllm_router
 @pytest.fixture(scope="module")
 def rendered():
     layers = router_layers()
-    layers[2]["hostvars"].update({"mon-1": {"ansible_host": "10.0.0.9"}, "localhost": {}})
+    layers[-1]["hostvars"].update({"mon-1": {"ansible_host": "10.0.0.9"}, "localhost": {}})
     layers.append(FRONT_RUN)
     cases = [{}, {"router_client_api_keys": ["a.b+c/d=e~f-g_h" + "x" * 32, CLIENT_KEY]}]
     return run(layers, cases, exprs={"conf": _template("front-nginx.conf.j2"),

@@ -117,7 +117,7 @@ BACKENDS = [{"host": "gpu-a01", "url": "http://10.0.0.11:8000", "model": "llama"
 
 
 def router_layers(node_vars=None):
-    """The router host's variables: role defaults, role vars, then what a run would have."""
+    """The router host's variables: the fleet defaults (its dependency), role defaults, role vars, then what a run would have."""
     hostvars = {name: dict({"ansible_host": "10.0.0.%d" % (11 + i)}, **(node_vars or {}).get(name, {}))
                 for i, name in enumerate(NODES)}
     run_vars = {
@@ -129,7 +129,7 @@ def router_layers(node_vars=None):
         "router_tls_cert": FAKE_CERT, "router_tls_key": FAKE_KEY, "router_client_api_keys": [CLIENT_KEY],
         "kvcache_api_key": ENGINE_KEY,
     }
-    return [load("router", "defaults", "main.yml"), load("router", "vars", "main.yml"), run_vars]
+    return [load("kvcache", "defaults", "main.yml"), load("router", "defaults", "main.yml"), load("router", "vars", "main.yml"), run_vars]
 
 
 def router_checks():
@@ -356,7 +356,7 @@ REFUSALS = {
 @pytest.fixture(scope="module")
 def refusals():
     names = sorted(REFUSALS)
-    cases = [dict(REFUSALS[name][0], hostvars=router_layers(REFUSALS[name][1])[2]["hostvars"]) for name in names]
+    cases = [dict(REFUSALS[name][0], hostvars=router_layers(REFUSALS[name][1])[-1]["hostvars"]) for name in names]
     results = run(router_layers(), cases, checks=router_checks())
     return dict(zip(names, (r["refusals"] for r in results)))
 
@@ -386,7 +386,7 @@ def lmcache_layers(router_vars):
         "groups": {"kvcache_router": ["router-1"], "kvcache_nodes": NODES},
         "hostvars": {"router-1": dict({"ansible_host": "10.0.0.5"}, **router_vars)},
     }
-    return [load("lmcache", "defaults", "main.yml"), load("lmcache", "vars", "main.yml"), run_vars]
+    return [load("kvcache", "defaults", "main.yml"), load("lmcache", "defaults", "main.yml"), load("lmcache", "vars", "main.yml"), run_vars]
 
 
 CONTROLLER_KEYS = {"enable_controller", "lmcache_instance_id", "controller_pull_url", "controller_reply_url",
@@ -417,7 +417,7 @@ NODE_SIDE = {
 @pytest.fixture(scope="module")
 def node_configs():
     names = sorted(NODE_SIDE)
-    cases = [{"hostvars": lmcache_layers(NODE_SIDE[name][0])[2]["hostvars"]} for name in names]
+    cases = [{"hostvars": lmcache_layers(NODE_SIDE[name][0])[-1]["hostvars"]} for name in names]
     results = run(lmcache_layers({}), cases, exprs={"config": "{{ __lmcache_config }}"})
     return dict(zip(names, (r["config"] for r in results)))
 

@@ -55,8 +55,9 @@ def test_nodes_and_ontap_agree_on_the_owner_of_the_tier():
     assert int(render("{{ ontap_nfs_volume_group_id }}", FLEET, ONTAP)) == gid
     assert int(render("{{ kvcache_mount_owner_uid }}", FLEET, MOUNT)) == uid
     assert int(render("{{ kvcache_mount_group_gid }}", FLEET, MOUNT)) == gid
-    # Without roles/kvcache loaded (kvcache_mount and ontap_nfs do not depend on it): the same.
-    assert int(render("{{ ontap_nfs_volume_user_id }}", ONTAP)) == int(render("{{ kvcache_mount_owner_uid }}", MOUNT))
+    # Both roles depend on roles/kvcache, so they read its IDs and restate none.
+    for role in ("kvcache_mount", "ontap_nfs"):
+        assert "kvcache.offload.kvcache" in [d["role"] for d in load("roles/%s/meta/main.yml" % role)["dependencies"]]
     # An inventory that picks other IDs moves both sides.
     assert render("{{ [ontap_nfs_volume_user_id, kvcache_mount_owner_uid] }}", FLEET, ONTAP, MOUNT,
                   kvcache_service_uid=3100) == [3100, 3100]
