@@ -16,10 +16,11 @@ def test_a_docker_daemon_option_dockerd_cannot_read_is_refused_in_preflight(pref
     text = flat(out)
     assert rc != 0, out[-3000:]
     assert recaps and all(r["changed"] == 0 for r in recaps.values()), recaps
-    assert "Preflight checks of host preparation" in text
+    # host_prep.yml's container engine play, run by preflight.yml in checks-only mode
+    assert "Container engine on the router and on nodes that run GPU containers" in text
     assert "live-restore" in text and "container_runtime_docker_daemon_options" in text, out[-3000:]
     # refused before the storage and node checks: no later preflight play ran
-    assert "Preflight checks of the nodes' tier and engine settings" not in text, out[-3000:]
+    assert "Engine runtime, LMCache and vLLM instances on every node" not in text, out[-3000:]
 
 
 def test_the_same_inputs_with_valid_options_pass(preflight):  # noqa: F811
@@ -46,7 +47,7 @@ def test_a_wrongly_typed_target_default_is_refused_in_preflight(preflight):  # n
     text = flat(out)
     assert rc != 0, out[-3000:]
     assert recaps and all(r["changed"] == 0 for r in recaps.values()), recaps
-    assert "Preflight checks of the monitoring settings" in text, out[-3000:]
+    assert "Monitoring configuration from the inventory" in text, out[-3000:]
     assert "lmcache_mp_http_port" in text and "observability_target_defaults" in text, out[-3000:]
 
 
@@ -54,5 +55,5 @@ def test_a_scrape_timeout_longer_than_the_interval_is_refused_in_preflight(prefl
     rc, out, _recaps = preflight({"observability_scrape_interval": "15s", "observability_scrape_timeout": "1m"})
     text = flat(out)
     assert rc != 0, out[-3000:]
-    assert "Preflight checks of the monitoring settings" in text, out[-3000:]
+    assert "Monitoring configuration from the inventory" in text, out[-3000:]
     assert "observability_scrape_timeout" in text and "Fix:" in text, out[-3000:]

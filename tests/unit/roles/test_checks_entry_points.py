@@ -11,6 +11,10 @@
   it includes has an entry point named exactly like its tasks_from: ansible-core validates
   the entry point whose name is the tasks_from string, so `tasks_from: checks.yml` would
   run the checks with no type check at all.
+- preflight.yml imports the stage playbooks in checks-only mode (kvcache_checks_only: true), where
+  they include each role at kvcache's __kvcache_tasks_from (`checks`): in that mode no role is
+  included at any other entry point (preflight changes nothing), unless the include is skipped
+  (`when: not kvcache_checks_only | bool`).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -70,17 +74,49 @@ def walk_tasks(tasks):
             yield from walk_tasks(task.get(key))
 
 
-def role_includes(plays):
-    """(play name, task name, role, tasks_from) for every role a playbook runs; tasks_from None means main."""
+IMPORT_PLAYBOOK = ("ansible.builtin.import_playbook", "import_playbook")
+STAGE_ENTRY = "{{ __kvcache_tasks_from }}"
+SKIPPED_IN_CHECKS_ONLY = "not kvcache_checks_only | bool"
+FLEET_DEFAULTS = COLLECTION + "kvcache"
+
+
+def expand(plays, base, import_vars=None):
+    """The plays of a playbook with its imports followed: (play, the import's vars)."""
     for play in plays or []:
+        target = next((play[key] for key in IMPORT_PLAYBOOK if key in play), None)
+        if target is None:
+            yield play, dict(import_vars or {})
+            continue
+        path = os.path.join(base, target)
+        yield from expand(load(path), os.path.dirname(path), dict(import_vars or {}, **(play.get("vars") or {})))
+
+
+def _conditions(task):
+    when = task.get("when")
+    return when if isinstance(when, list) else [when] if when else []
+
+
+def role_includes(plays):
+    """(play name, task name, role, tasks_from) for every role a playbook runs; tasks_from None means main.
+
+    plays: plays, or (play, import vars) pairs from expand(). In checks-only mode (kvcache_checks_only in the
+    import's vars) the stage entry point is `checks`, and an include skipped in that mode is left out."""
+    for entry in plays or []:
+        play, import_vars = entry if isinstance(entry, tuple) else (entry, {})
+        checks_only = bool(import_vars.get("kvcache_checks_only"))
         for item in play.get("roles") or []:
             role = item if isinstance(item, str) else item.get("role") or item.get("name")
             yield play.get("name"), "roles:", role, None
         for section in ("pre_tasks", "tasks", "post_tasks", "handlers"):
             for task in walk_tasks(play.get(section)):
                 for action in INCLUDE_ROLE & set(task):
+                    if checks_only and SKIPPED_IN_CHECKS_ONLY in _conditions(task):
+                        continue
                     args = task[action]
-                    yield play.get("name"), task.get("name"), args["name"], args.get("tasks_from")
+                    tasks_from = args.get("tasks_from")
+                    if tasks_from == STAGE_ENTRY:
+                        tasks_from = "checks" if checks_only else "main"
+                    yield play.get("name"), task.get("name"), args["name"], tasks_from
 
 
 def short(role):
@@ -152,8 +188,41 @@ def test_checks_entry_point_types_what_the_checks_read(role):
         assert sorted(set(specs["main"]["options"]) - options) == []
 
 
+def preflight_plays():
+    return list(expand(load(PREFLIGHT), os.path.dirname(PREFLIGHT)))
+
+
 def test_preflight_runs_every_roles_checks_by_entry_point():
-    assert preflight_problems(load(PREFLIGHT), all_entry_points(), roles_with_checks()) == []
+    plays = preflight_plays()
+    assert len(plays) > 10 and sum(1 for _play, v in plays if v.get("kvcache_checks_only")) > 8, "the stages were not imported"
+    assert preflight_problems(plays, all_entry_points(), roles_with_checks()) == []
+
+
+def test_preflight_includes_no_role_at_an_entry_point_that_changes_hosts():
+    """In checks-only mode every stage include resolves to `checks`: nothing else of a role runs."""
+    changing = ["%s / %s: %s at %s" % (play, task, role, tasks_from or "main")
+                for play, task, role, tasks_from in role_includes(preflight_plays())
+                if tasks_from != "checks" and role not in (FLEET_DEFAULTS, COLLECTION + "preflight")]
+    assert changing == []
+
+
+def test_the_stage_playbooks_include_every_role_at_the_stage_entry_point():
+    """site.yml's stages and preflight's checks-only run are the same plays: one include, two entry points."""
+    stages = [(play, v) for play, v in expand(load(os.path.join(ROOT, "playbooks", "site.yml")), os.path.join(ROOT, "playbooks"))
+              if v.get("kvcache_checks_only")]
+    assert stages, "site.yml does not import preflight.yml's checks-only stages"
+    real = list(expand(load(os.path.join(ROOT, "playbooks", "site.yml")), os.path.join(ROOT, "playbooks")))
+    names = [play.get("name") for play, v in real if not v.get("kvcache_checks_only") and play.get("name") != "Validate"]
+    assert {play.get("name") for play, _vars in stages} <= set(names)
+
+
+def test_checks_only_mode_resolves_the_stage_entry_point():
+    play = {"name": "p", "tasks": [{"name": "t", "ansible.builtin.include_role": {"name": COLLECTION + "vllm",
+                                                                                  "tasks_from": STAGE_ENTRY}},
+                                   {"name": "ca", "ansible.builtin.include_role": {"name": COLLECTION + "ca_trust"},
+                                    "when": SKIPPED_IN_CHECKS_ONLY}]}
+    assert [i[2:] for i in role_includes([(play, {"kvcache_checks_only": True})])] == [(COLLECTION + "vllm", "checks")]
+    assert [i[2:] for i in role_includes([(play, {})])] == [(COLLECTION + "vllm", "main"), (COLLECTION + "ca_trust", None)]
 
 
 def _play(*tasks):
