@@ -105,8 +105,8 @@ _value:
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.kvcache.offload.plugins.module_utils.node_plan import lmcache_mode
 from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
     InstancesError,
     effective_instances,
@@ -177,10 +177,12 @@ def _vllm(host, hvars, defaults):
 
 
 def _lmcache_mp(host, hvars, defaults, loopback):
-    # Unset on the host: roles/kvcache's derivation of its default (in-process for the GDS tier only).
-    mode = (_lookup(hvars, "lmcache_mode", {}) or _lookup(hvars, "kvcache_lmcache_mode", {})
-            or ("inprocess" if boolean(_lookup(hvars, "kvcache_fs_gds", {}) or False, strict=False)
-                else _lookup(hvars, "kvcache_lmcache_mode", defaults)))
+    # Unset on the host: roles/kvcache's derivation of its default (in-process for the GDS tier only),
+    # with the defaults' mode for a node that sets neither.
+    try:
+        mode = _lookup(hvars, "lmcache_mode", {}) or lmcache_mode(host, hvars, defaults.get("kvcache_lmcache_mode"))
+    except ValueError as error:
+        raise AnsibleFilterError("scrape_targets: %s" % error)
     if mode != "multiprocess":
         return []
     port = _port(host, "lmcache_mp_http_port", _lookup(hvars, "lmcache_mp_http_port", defaults))

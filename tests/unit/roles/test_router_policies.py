@@ -340,6 +340,15 @@ REFUSALS = {
         dict(KVAWARE_OK, kvcache_lmcache_mode="multiprocess"), {},
         "Fail on kvaware routing when a node's LMCache cannot report to the controller",
         ["gpu-a01 multiprocess", "kvcache_lmcache_mode"]),
+    # Issue #36: the check took the router host's own kvcache_lmcache_mode (multiprocess) for nodes that set only
+    # kvcache_fs_gds, whose LMCache mode roles/kvcache derives as inprocess.
+    "kvaware, GDS nodes (in-process by derivation)": (
+        {k: v for k, v in KVAWARE_OK.items() if k != "kvcache_lmcache_mode"},
+        {"gpu-a01": {"kvcache_fs_gds": True}, "gpu-a02": {"kvcache_fs_gds": True}}, None, []),
+    "kvaware, a GDS node set to multiprocess": (
+        {k: v for k, v in KVAWARE_OK.items() if k != "kvcache_lmcache_mode"},
+        {"gpu-a01": {"kvcache_fs_gds": True}, "gpu-a02": {"kvcache_fs_gds": True, "kvcache_lmcache_mode": "multiprocess"}},
+        "Fail on kvaware routing when a node's LMCache cannot report to the controller", ["gpu-a02 multiprocess"]),
     "kvaware, one node without LMCache": (
         KVAWARE_OK, {"gpu-a02": {"vllm_kv_connector": "example_shared_storage"}},
         "Fail on kvaware routing when a node's LMCache cannot report to the controller",
@@ -353,10 +362,20 @@ REFUSALS = {
 }
 
 
+FLEET_WIDE = ("kvcache_lmcache_mode",)
+
+
+def fleet_wide(router_vars, node_vars):
+    """A fleet-wide setting given to the router in a case is in group_vars/all: every node's hostvars hold it too."""
+    shared = {key: router_vars[key] for key in FLEET_WIDE if key in router_vars}
+    return {node: dict(shared, **node_vars.get(node, {})) for node in NODES}
+
+
 @pytest.fixture(scope="module")
 def refusals():
     names = sorted(REFUSALS)
-    cases = [dict(REFUSALS[name][0], hostvars=router_layers(REFUSALS[name][1])[-1]["hostvars"]) for name in names]
+    cases = [dict(REFUSALS[name][0], hostvars=router_layers(fleet_wide(REFUSALS[name][0], REFUSALS[name][1]))[-1]["hostvars"])
+             for name in names]
     results = run(router_layers(), cases, checks=router_checks())
     return dict(zip(names, (r["refusals"] for r in results)))
 

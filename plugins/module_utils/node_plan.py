@@ -1,0 +1,70 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, kvcache.offload developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What one node runs, as the controller computes it from another host's hostvars (issue #36).
+
+hostvars hold a host's inventory values and facts, never role defaults: a reader on another host
+(the router's checks, the monitoring's scrape targets) that takes a value missing from a node's
+hostvars must apply the fleet default the way roles/kvcache derives it, or it reads its own host's
+value instead (the router's kvaware check once took the router's multiprocess mode for GDS nodes).
+The rules here are the roles' own derivations, written once; tests/unit/plugins/module_utils/test_node_plan.py
+renders the roles' YAML defaults for the same inputs and fails when the two disagree.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import functools
+import os
+
+from ansible.module_utils.parsing.convert_bool import boolean
+
+KVCACHE_DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                                "roles", "kvcache", "defaults", "main.yml")
+LMCACHE_MODES = ("multiprocess", "inprocess")
+
+
+def _get(hvars, key):
+    """One host variable or None (HostVars raise on some undefined lookups; empty means unset)."""
+    try:
+        value = hvars.get(key)
+    except Exception:  # pylint: disable=broad-except
+        return None
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        return None
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def fleet_defaults(path=KVCACHE_DEFAULTS):
+    """roles/kvcache's literal defaults (templated ones left out): the one place they are written."""
+    import yaml  # controller side only
+    with open(path, encoding="utf-8") as handle:
+        data = yaml.safe_load(handle) or {}
+    return {key: value for key, value in data.items() if not (isinstance(value, str) and "{{" in value)}
+
+
+def fleet_value(hvars, key):
+    """The host's value of a fleet setting, else roles/kvcache's literal default (None if it has none)."""
+    value = _get(hvars, key)
+    return fleet_defaults().get(key) if value is None else value
+
+
+def lmcache_mode(host, hvars, fallback=None):
+    """The node's LMCache mode: its kvcache_lmcache_mode, else roles/kvcache's derivation (inprocess
+    for the GDS tier, kvcache_fs_gds, else multiprocess). fallback, when given, replaces the
+    derivation's multiprocess for a node that sets neither (a caller's own default)."""
+    mode = _get(hvars, "kvcache_lmcache_mode")
+    if mode is None:
+        gds = fleet_value(hvars, "kvcache_fs_gds")
+        try:
+            gds = boolean(gds, strict=True) if gds is not None else False
+        except TypeError:
+            raise ValueError("host %s: kvcache_fs_gds is %r, not a boolean. Fix: set kvcache_fs_gds to true or false."
+                             % (host, gds))
+        mode = "inprocess" if gds else (fallback or "multiprocess")
+    if mode not in LMCACHE_MODES:
+        raise ValueError("host %s: kvcache_lmcache_mode is %r. Fix: set kvcache_lmcache_mode to one of %s."
+                         % (host, mode, ", ".join(LMCACHE_MODES)))
+    return mode
