@@ -97,6 +97,20 @@ def test_a_string_where_lmcache_wants_a_boolean_is_refused(preflight):
     assert "Host lab-node1" in text and "Host lab-node2" in text
 
 
+def test_one_refused_node_stops_the_run_on_every_host(preflight):
+    """The stages' checks run without any_errors_fatal (a play keyword is not templated): lab-node2's and the
+    other hosts' checks go on after lab-node1 is refused (one run reports every refusal), and preflight's last
+    play stops the run on every host. (When every host of a play is refused, Ansible ends the run there.)"""
+    result = preflight({"lmcache_extra_config": "{{ {'save_unfull_chunk': 'false'} if inventory_hostname == 'lab-node1' else {} }}"})
+    text = assert_refused(result, "Host lab-node1", "lmcache_extra_config.save_unfull_chunk is 'false' (string)")
+    assert "Host lab-node2: " not in text, text[-3000:]
+    assert "Host firewall of the router" in text, text[-3000:]  # the router stage's checks ran
+    assert "Preflight refused lab-node1 (" in text, text[-3000:]
+    rc, _out, recaps = result
+    # the gate (run_once, any_errors_fatal) failed on the first host still running, which ends the run
+    assert rc == 2 and recaps["lab-node1"]["failed"] == 1 and recaps["lab-node2"]["failed"] == 1, recaps
+
+
 def test_a_public_hash_seed_is_refused_on_every_node(preflight):
     """Issue #33 item 2: the lab's examples used 123, which passed (the well-known value lets a tier
     writer compute object names and plant KV)."""

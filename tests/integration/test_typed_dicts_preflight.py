@@ -19,10 +19,9 @@ def test_a_docker_daemon_option_dockerd_cannot_read_is_refused_in_preflight(pref
     # host_prep.yml's container engine play, run by preflight.yml in checks-only mode
     assert "Container engine on the router and on nodes that run GPU containers" in text
     assert "live-restore" in text and "container_runtime_docker_daemon_options" in text, out[-3000:]
-    # the refused hosts took no further check, and preflight's last play stopped the run, naming them
-    assert "Preflight refused lab-node1, lab-node2" in text, out[-3000:]
-    # ... for every host: the S3 store, whose checks passed, is stopped too (any_errors_fatal)
-    assert recaps["lab-s3"]["failed"] == 1, recaps
+    # every host of the play was refused (the nodes and the router, given an engine here): Ansible
+    # ends the run there, before the storage and node checks
+    assert "Engine runtime, LMCache and vLLM instances on every node" not in text, out[-3000:]
 
 
 def test_the_same_inputs_with_valid_options_pass(preflight):  # noqa: F811

@@ -129,3 +129,23 @@ def test_every_role_that_reads_a_fleet_setting_depends_on_roles_kvcache():
         if "kvcache.offload.kvcache" not in dependencies:
             missing.append("%s (reads them in %s)" % (role, ", ".join(readers[:3])))
     assert not missing, "roles that read kvcache_* settings without depending on kvcache.offload.kvcache: " + "; ".join(missing)
+
+
+def test_every_play_that_reads_the_playbooks_shared_vars_sees_the_fleet_defaults():
+    """playbooks/vars/*.yml read fleet defaults (kvcache_router_drain_timeout): a test play that loads one
+    lists kvcache.offload.kvcache as the collection's plays do (molecule/router_container once did not)."""
+    missing = []
+    for top in ("molecule", "tests"):
+        for base, _dirs, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                if not name.endswith(".yml"):
+                    continue
+                path = os.path.join(base, name)
+                with open(path, encoding="utf-8") as handle:
+                    if "playbooks/vars/" not in handle.read():
+                        continue
+                for play in _plays(path):
+                    if any("playbooks/vars/" in str(f) for f in play.get("vars_files") or []):
+                        if "kvcache.offload.kvcache" not in [_role_name(r) for r in play.get("roles") or []]:
+                            missing.append("%s: %s" % (os.path.relpath(path, ROOT), play.get("name")))
+    assert not missing, "plays loading playbooks/vars/ without the fleet defaults: %s" % missing
