@@ -28,7 +28,11 @@ one directory of per-layer files per prompt, and a partial entry is worse than n
 
 Output: one line per removed entry ("removed ..." or, in dry-run mode, "would remove ...")
 and a final JSON summary line on stdout (journald when run by systemd); the summary is
-also appended to summary_file when one is given.
+also appended to summary_file when one is given. With metrics_file, each run that was not
+skipped also replaces that file (written beside it, then renamed) with the tier's fill and the
+run's results in Prometheus' text format, for node_exporter's textfile collector: tier bytes and
+entries left, the watermarks, the volume's size and free space, what the run removed, its
+errors, whether the watermarks hold, and when it ran (the alert rules' inputs).
 
 Exit status: 0 when the watermarks hold afterwards (or nothing had to go), 3 when they
 still do not hold (everything left is young or excluded: the tier is undersized),
@@ -73,8 +77,27 @@ DEFAULTS = {
     "dry_run": False,
     "max_seconds": 0,
     "summary_file": "",
+    "metrics_file": "",
     "log_each": True,
 }
+
+# name: (HELP text, summary key or a function of the summary). Gauges, labelled with the tier's path.
+METRICS = (
+    ("kvcache_prune_last_run_timestamp_seconds", "When the pruner's last run ended (Unix time).", "finished_at"),
+    ("kvcache_prune_watermark_met", "1 when the watermarks held after the last run, 0 when the tier is still too full.",
+     lambda s: 1 if s["watermark_met"] else 0),
+    ("kvcache_prune_errors", "Entries the last run failed to remove.", "errors"),
+    ("kvcache_prune_removed_entries", "Entries the last run removed (would remove, in a dry run).", "removed_entries"),
+    ("kvcache_prune_removed_bytes", "Bytes the last run removed (would remove, in a dry run).", "removed_bytes"),
+    ("kvcache_prune_dry_run", "1 when the last run only reported what it would remove.", lambda s: 1 if s["dry_run"] else 0),
+    ("kvcache_prune_duration_seconds", "How long the last run took.", "duration_seconds"),
+    ("kvcache_tier_bytes", "Bytes of cache entries on the tier after the last run.", "remaining_bytes"),
+    ("kvcache_tier_entries", "Cache entries on the tier after the last run.", lambda s: s["scanned_entries"] - s["removed_entries"]),
+    ("kvcache_tier_max_bytes", "The tier's size watermark (0: none).", "max_bytes"),
+    ("kvcache_tier_min_free_ratio", "The volume's free-space watermark, as a ratio (0: none).", lambda s: s["min_free_percent"] / 100.0),
+    ("kvcache_tier_volume_size_bytes", "Size of the volume that holds the tier.", "volume_bytes"),
+    ("kvcache_tier_volume_avail_bytes", "Free space on the volume after the last run.", "volume_avail_bytes_after"),
+)
 
 
 class PruneError(Exception):
@@ -405,6 +428,7 @@ def prune(config, out=None, now=None, statvfs=None, clock=None, mountinfo="/proc
             if cfg["log_each"]:
                 out.write("%s %s bytes=%d last_used=%s\n" % (verb, entry.rel, entry.size, _iso(entry.last_used)))
         remaining = decision["total_bytes"] - removed_bytes
+        ended = clock()
         met = removed_bytes >= decision["need_bytes"]
         summary.update({
             "scanned_entries": len(entries), "scanned_bytes": decision["total_bytes"],
@@ -414,7 +438,8 @@ def prune(config, out=None, now=None, statvfs=None, clock=None, mountinfo="/proc
             "need_bytes": decision["need_bytes"], "removed_entries": removed,
             "removed_bytes": removed_bytes, "remaining_bytes": remaining, "errors": errors,
             "timed_out": timed_out, "watermark_met": met,
-            "oldest_kept_last_used": None, "duration_seconds": round(clock() - started, 3),
+            "oldest_kept_last_used": None, "duration_seconds": round(ended - started, 3),
+            "volume_avail_bytes_after": statvfs(root)[1], "finished_at": round(ended, 3),
         })
         gone = set(id(e) for e in decision["to_remove"][:removed])
         kept = [e.last_used for e in entries if id(e) not in gone]
@@ -428,6 +453,38 @@ def prune(config, out=None, now=None, statvfs=None, clock=None, mountinfo="/proc
     return (EXIT_OK if met else EXIT_WATERMARK_NOT_MET), summary
 
 
+def _label(value):
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def metrics_text(summary):
+    """The run's summary in Prometheus' text exposition format (one gauge per METRICS row)."""
+    lines = []
+    labels = '{path="%s"}' % _label(summary["path"])
+    for name, help_text, source in METRICS:
+        value = source(summary) if callable(source) else summary[source]
+        lines.append("# HELP %s %s" % (name, help_text))
+        lines.append("# TYPE %s gauge" % name)
+        lines.append("%s%s %s" % (name, labels, repr(float(value)) if isinstance(value, float) else int(value)))
+    return "\n".join(lines) + "\n"
+
+
+def write_metrics(path, summary):
+    """Replace path with the run's metrics: written beside it, then renamed (node_exporter never reads half)."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(metrics_text(summary))
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, path)
+    except (IOError, OSError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def _emit(summary, cfg, out):
     line = json.dumps(summary, sort_keys=True)
     out.write(line + "\n")
@@ -435,6 +492,9 @@ def _emit(summary, cfg, out):
     if cfg.get("summary_file"):
         with open(cfg["summary_file"], "a") as handle:
             handle.write(line + "\n")
+    # A skipped run (another pruner holds the lock) measured nothing: that pruner writes the metrics.
+    if cfg.get("metrics_file") and summary.get("watermark_met") is not None:
+        write_metrics(cfg["metrics_file"], summary)
 
 
 def parse_args(argv):
@@ -451,6 +511,7 @@ def parse_args(argv):
     parser.add_argument("--time-source", choices=["auto", "atime", "mtime"], dest="time_source")
     parser.add_argument("--max-seconds", type=int, dest="max_seconds")
     parser.add_argument("--summary-file", dest="summary_file")
+    parser.add_argument("--metrics-file", dest="metrics_file")
     parser.add_argument("--dry-run", action="store_const", const=True, dest="dry_run")
     return parser.parse_args(argv)
 

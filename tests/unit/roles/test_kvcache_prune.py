@@ -355,3 +355,64 @@ def test_the_role_prunes_the_gds_directory_it_configures():
     assert role_defaults()["kvcache_prune_path"].startswith("{{ kvcache_fs_path")
     template = open(os.path.join(ROOT, "roles", "kvcache_prune", "templates", "prune.json.j2"), encoding="utf-8").read()
     assert '"companions": kvcache_prune_companions' in template
+
+
+def _samples(text):
+    """The metrics file parsed by prometheus-client's own parser: {name: (labels, value)}."""
+    from prometheus_client.parser import text_string_to_metric_families
+    found = {}
+    for family in text_string_to_metric_families(text):
+        assert family.type == "gauge" and family.documentation, family.name
+        for sample in family.samples:
+            found[sample.name] = (sample.labels, sample.value)
+    return found
+
+
+def test_a_run_writes_the_tiers_fill_and_its_results_as_metrics(root, tmp_path):
+    """Issue #37 item 3: node_exporter's textfile collector reads what the alert rules need."""
+    for i in range(4):
+        make(str(root), NAME % ("m%d" % i), 100, (10 - i) * HOUR)
+    metrics = tmp_path / "kvcache_prune.prom"
+    status, summary, _out = run(root, tmp_path, max_bytes=250, min_free_percent=5, metrics_file=str(metrics),
+                                time_source="mtime", volume=(10 ** 6, 4 * 10 ** 5))
+    assert status == kp.EXIT_OK and summary["removed_entries"] == 2
+    got = _samples(metrics.read_text())
+    assert set(got) == {name for name, _help, _source in kp.METRICS}
+    assert {labels["path"] for labels, _value in got.values()} == {str(root)}
+    values = {name: value for name, (_labels, value) in got.items()}
+    assert values["kvcache_tier_bytes"] == 200 and values["kvcache_tier_entries"] == 2
+    assert values["kvcache_prune_removed_bytes"] == 200 and values["kvcache_prune_removed_entries"] == 2
+    assert values["kvcache_prune_watermark_met"] == 1 and values["kvcache_prune_errors"] == 0
+    assert values["kvcache_tier_max_bytes"] == 250 and values["kvcache_tier_min_free_ratio"] == 0.05
+    assert values["kvcache_tier_volume_size_bytes"] == 10 ** 6 and values["kvcache_tier_volume_avail_bytes"] == 4 * 10 ** 5
+    assert values["kvcache_prune_last_run_timestamp_seconds"] == 0.0  # the injected clock
+    assert values["kvcache_prune_dry_run"] == 0
+    assert oct(os.stat(str(metrics)).st_mode & 0o777) == "0o644"
+    assert [p for p in os.listdir(str(tmp_path)) if p.endswith(".tmp")] == []
+
+
+def test_an_undersized_tier_says_so_in_its_metrics(root, tmp_path):
+    make(str(root), NAME % "young", 500, 0)  # inside the grace period: cannot go
+    metrics = tmp_path / "kvcache_prune.prom"
+    status, _summary, _out = run(root, tmp_path, max_bytes=100, metrics_file=str(metrics), time_source="mtime")
+    values = {name: value for name, (_labels, value) in _samples(metrics.read_text()).items()}
+    assert status == kp.EXIT_WATERMARK_NOT_MET
+    assert values["kvcache_prune_watermark_met"] == 0 and values["kvcache_tier_bytes"] == 500
+
+
+def test_a_skipped_run_leaves_the_metrics_to_the_pruner_that_ran(root, tmp_path):
+    import fcntl
+    metrics = tmp_path / "kvcache_prune.prom"
+    metrics.write_text("# the running pruner's\n")
+    with open(os.path.join(str(root), kp.LOCK_NAME), "a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        run(root, tmp_path, max_bytes=1, metrics_file=str(metrics), time_source="mtime")
+    assert metrics.read_text() == "# the running pruner's\n"
+
+
+def test_a_path_label_is_escaped():
+    keys = ("finished_at", "errors", "removed_entries", "removed_bytes", "duration_seconds", "remaining_bytes",
+            "scanned_entries", "max_bytes", "min_free_percent", "volume_bytes", "volume_avail_bytes_after")
+    summary = dict({key: 0 for key in keys}, path='/mnt/a "b"\\c', watermark_met=True, dry_run=False)
+    text = kp.metrics_text(summary)
+    assert {labels["path"] for labels, _value in _samples(text).values()} == {'/mnt/a "b"\\c'}

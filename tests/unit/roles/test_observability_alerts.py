@@ -35,7 +35,18 @@ PROMTOOL = os.environ.get("KVCACHE_PROMTOOL") or os.path.join(ROOT, "build", "to
 ALERTS = {"KvcacheEngineDown", "KvcacheRouterDown", "KvcacheRouterBackendUnhealthy", "KvcacheRouterBackendMissing",
           "KvcacheTimeToFirstTokenHigh", "KvcacheTierLoadFailures", "KvcacheTierStoreFailures",
           "KvcacheRemoteTierErrors", "KvcacheCrossInstanceHitsZero", "KvcacheGpuXidError", "KvcacheGpuRowRemapFailure",
-          "KvcacheGpuUncorrectableMemoryErrors"}
+          "KvcacheGpuUncorrectableMemoryErrors", "KvcacheTierVolumeAlmostFull", "KvcacheTierPrunerWatermarkMissed",
+          "KvcacheTierPrunerErrors", "KvcacheTierPrunerNotRunning"}
+PRUNER = os.path.join(ROOT, "roles", "kvcache_prune", "files", "kvcache_prune.py")
+
+
+def pruner_metric_names():
+    """The gauges the fs tier's pruner writes (roles/kvcache_prune, its METRICS table)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("kvcache_prune_metrics", PRUNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return [name for name, _help, _source in module.METRICS]
 
 
 def _rules(**overrides):
@@ -75,7 +86,9 @@ def test_each_alert_fires_on_its_fault_and_not_on_healthy_series(tmp_path):
     ({"observability_alert_ttft_p95_seconds": 10.0}, "KvcacheTimeToFirstTokenHigh"),
     ({"observability_alert_down_for": "10m"}, "KvcacheEngineDown"),
     ({"observability_alert_tier_store_failures": 1000}, "KvcacheTierStoreFailures"),
-], ids=["ttft-threshold", "down-for", "store-failures"])
+    ({"observability_alert_tier_min_free_ratio": 0.01}, "KvcacheTierVolumeAlmostFull"),
+    ({"observability_alert_prune_stale_seconds": 10800}, "KvcacheTierPrunerNotRunning"),
+], ids=["ttft-threshold", "down-for", "store-failures", "tier-free-ratio", "prune-stale"])
 def test_the_unit_tests_fail_when_a_setting_moves(tmp_path, overrides, alert):
     proc = _unit_tests(tmp_path, _rules(**overrides))
     assert proc.returncode != 0 and "alertname: %s" % alert in proc.stdout + proc.stderr, proc.stdout + proc.stderr
@@ -88,6 +101,7 @@ def test_every_alert_selects_real_series_with_the_scrape_labels():
             data = json.load(handle)
         assert set(data["provenance"]) >= set(data["metrics"])
         known.update({metric: source for source, names in data["metrics"].items() for metric in names})
+    known.update({metric: "kvcache_prune" for metric in pruner_metric_names()})
     rules = [rule for group in yaml.safe_load(_rules())["groups"] for rule in group["rules"]]
     assert {rule["alert"] for rule in rules} == ALERTS
     sources = set()
@@ -99,7 +113,7 @@ def test_every_alert_selects_real_series_with_the_scrape_labels():
         sources |= {known[n] for n in names}
         assert set(rule["labels"]) == {"severity"} and rule["labels"]["severity"] in ("critical", "warning")
         assert rule["annotations"]["summary"]
-    assert sources >= {"prometheus", "vllm", "lmcache", "lmcache_mp", "vllm_router", "production_stack", "dcgm"}
+    assert sources >= {"prometheus", "vllm", "lmcache", "lmcache_mp", "vllm_router", "production_stack", "dcgm", "kvcache_prune"}
 
 
 def test_the_scrape_configuration_lists_the_rules_file_only_with_alerts_on():
