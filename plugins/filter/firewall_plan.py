@@ -120,6 +120,7 @@ except ImportError:  # pragma: no cover
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvcache.offload.plugins.module_utils.node_plan import lmcache_mode
 from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
     InstancesError,
     effective_instances,
@@ -403,8 +404,12 @@ def firewall_plan(hostvars, host, groups, settings):
                 _who([("router hosts", named(routers)), ("monitoring hosts", named(monitoring)), controller_who,
                       ("kvcache_firewall_engine_sources", [a for a, _f in extra])]),
                 "vLLM instances (OpenAI API, /health, /metrics)"))
-        mode = _get(hvars, "lmcache_mode", _get(hvars, "kvcache_lmcache_mode"))
-        if kvaware and ranks and mode in (None, "inprocess"):
+        # The node's mode as roles/kvcache derives it (in-process for the GDS tier), not "unset is in-process".
+        try:
+            mode = _get(hvars, "lmcache_mode") or lmcache_mode(host, hvars)
+        except ValueError as error:
+            raise AnsibleFilterError("firewall_plan: %s" % error)
+        if kvaware and ranks and mode == "inprocess":
             first = int(_get(hvars, "lmcache_controller_worker_port",
                              _role_defaults("lmcache").get("lmcache_controller_worker_port", 9400)))
             port = first if ranks == 1 else "%d-%d" % (first, first + ranks - 1)

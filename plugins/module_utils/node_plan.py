@@ -20,20 +20,11 @@ import os
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import host_value
+
 KVCACHE_DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
                                 "roles", "kvcache", "defaults", "main.yml")
 LMCACHE_MODES = ("multiprocess", "inprocess")
-
-
-def _get(hvars, key):
-    """One host variable or None (HostVars raise on some undefined lookups; empty means unset)."""
-    try:
-        value = hvars.get(key)
-    except Exception:  # pylint: disable=broad-except
-        return None
-    if value is None or (isinstance(value, str) and value.strip() == ""):
-        return None
-    return value
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,7 +38,7 @@ def fleet_defaults(path=KVCACHE_DEFAULTS):
 
 def fleet_value(hvars, key):
     """The host's value of a fleet setting, else roles/kvcache's literal default (None if it has none)."""
-    value = _get(hvars, key)
+    value = host_value(hvars, key)
     return fleet_defaults().get(key) if value is None else value
 
 
@@ -55,7 +46,7 @@ def lmcache_mode(host, hvars, fallback=None):
     """The node's LMCache mode: its kvcache_lmcache_mode, else roles/kvcache's derivation (inprocess
     for the GDS tier, kvcache_fs_gds, else multiprocess). fallback, when given, replaces the
     derivation's multiprocess for a node that sets neither (a caller's own default)."""
-    mode = _get(hvars, "kvcache_lmcache_mode")
+    mode = host_value(hvars, "kvcache_lmcache_mode")
     if mode is None:
         gds = fleet_value(hvars, "kvcache_fs_gds")
         try:

@@ -26,7 +26,7 @@ class InstancesError(ValueError):
     """An input the derivation cannot use; the message names the host and the variable."""
 
 
-def _get(hvars, key):
+def host_value(hvars, key):
     """One host variable or None (HostVars raise on some undefined lookups)."""
     try:
         value = hvars.get(key)
@@ -73,9 +73,9 @@ def derive_node_instances(host, gpu_count, tensor_parallel_size, base_port):
 
 def gpu_count_of(hvars):
     """The node's GPU count the controller can see: vllm_gpu_count, else gpu_facts.count, else None."""
-    count = _get(hvars, "vllm_gpu_count")
+    count = host_value(hvars, "vllm_gpu_count")
     if count is None:
-        facts = _get(hvars, "ansible_facts")
+        facts = host_value(hvars, "ansible_facts")
         gpu_facts = facts.get("gpu_facts") if isinstance(facts, Mapping) else None
         if isinstance(gpu_facts, Mapping):
             count = gpu_facts.get("count")
@@ -91,7 +91,7 @@ def effective_instances(host, hvars, defaults=None):
     values = dict(DERIVATION_DEFAULTS)
     values.update(defaults or {})
     for source, key in (("published", "vllm_effective_instances"), ("inventory", "vllm_instances")):
-        instances = _get(hvars, key)
+        instances = host_value(hvars, key)
         if instances is None:
             continue
         if isinstance(instances, (Mapping, str)) or not hasattr(instances, "__iter__"):
@@ -104,8 +104,8 @@ def effective_instances(host, hvars, defaults=None):
     count = gpu_count_of(hvars)
     if count is None:
         return None, "unknown"
-    tp = _get(hvars, "kvcache_tensor_parallel_size")
-    port = _get(hvars, "vllm_base_port")
+    tp = host_value(hvars, "kvcache_tensor_parallel_size")
+    port = host_value(hvars, "vllm_base_port")
     return derive_node_instances(
         host, count,
         values["kvcache_tensor_parallel_size"] if tp is None else tp,

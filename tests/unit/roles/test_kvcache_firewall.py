@@ -127,6 +127,16 @@ def test_kvaware_opens_the_controller_and_worker_ports():
     assert router["lmcache_controller"]["v4"] == ["172.29.100.11", "172.29.100.12"]
 
 
+def test_kvaware_worker_ports_follow_each_nodes_own_lmcache_mode():
+    """The node's mode as roles/kvcache derives it: the GDS tier is in-process (its workers listen for the
+    controller); a node that sets no mode and no GDS runs LMCache's multiprocess server, which has no workers."""
+    router = {"router_implementation": "production_stack", "router_routing_logic": "kvaware"}
+    gds = rules(firewall_plan(hostvars(router=router, node1={"kvcache_fs_gds": True}), "node1", GROUPS, SETTINGS))
+    assert gds["lmcache_workers"]["ports"] == ["9400-9401"]
+    unset = rules(firewall_plan(hostvars(router=router), "node1", GROUPS, SETTINGS))
+    assert "lmcache_workers" not in unset and "engines" in unset
+
+
 def test_extra_rules():
     settings = dict(SETTINGS, allow=[{"port": 9100, "sources": ["10.1.0.0/24", "2001:db8::/64"], "comment": "exporter"},
                                      {"port": "60000-60010", "proto": "udp"}],
