@@ -19,8 +19,12 @@ PATTERNS = (re.compile(r"""kvcache_hash_seed["']?\s*[:=]\s*["']?(\d+)"""),
             re.compile(r"""kvcache_hash_seed["']?\s*[:=]\s*["']?\{\{\s*(\d+)\s+if .* else (\d+)"""))
 
 
-def _files():
-    for top in SCAN:
+SUFFIXES = (".yml", ".yaml", ".py", ".md", ".j2", ".env", ".sh", ".json", ".txt", ".example")
+
+
+def repository_files(scan=SCAN, suffixes=SUFFIXES):
+    """Every file with one of suffixes under the tops of the checkout in scan (a top may be a file)."""
+    for top in scan:
         path = os.path.join(ROOT, top)
         if os.path.isfile(path):
             yield path
@@ -28,13 +32,13 @@ def _files():
         for base, dirs, files in os.walk(path):
             dirs[:] = [d for d in dirs if d not in ("__pycache__", ".pytest_cache")]
             for name in files:
-                if name.endswith((".yml", ".yaml", ".py", ".md", ".j2", ".env", ".sh", ".json", ".txt", ".example")):
+                if name.endswith(suffixes):
                     yield os.path.join(base, name)
 
 
 def seeds_in_repository():
     found = {}
-    for path in _files():
+    for path in repository_files():
         with open(path, encoding="utf-8", errors="replace") as handle:
             for number, line in enumerate(handle, 1):
                 for pattern in PATTERNS:

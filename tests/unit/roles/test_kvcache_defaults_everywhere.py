@@ -12,6 +12,8 @@ import re
 import pytest
 import yaml
 
+from test_hash_seed import repository_files
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 KVCACHE_DEFAULTS = os.path.join(ROOT, "roles", "kvcache", "defaults", "main.yml")
 SCAN = ("roles", "playbooks", "molecule", "tests", "inventories", "extensions", "site.yml")
@@ -22,19 +24,6 @@ RESTATED = re.compile(r"""(?<![\w.\['"])(kvcache_\w+)\s*\|\s*default\(\s*(?:'[^'
                       re.IGNORECASE)
 # Playbooks that are tools around the platform (the lab, AWX), not stages of it: they read no kvcache_* setting.
 TOOL_PLAYBOOKS = ("awx_credential_types.yml", "lab_down.yml", "lab_info.yml", "lab_up.yml")
-
-
-def _files():
-    for top in SCAN:
-        path = os.path.join(ROOT, top)
-        if os.path.isfile(path):
-            yield path
-            continue
-        for base, dirs, files in os.walk(path):
-            dirs[:] = [d for d in dirs if d not in ("__pycache__", ".pytest_cache")]
-            for name in files:
-                if name.endswith((".yml", ".yaml", ".j2")):
-                    yield os.path.join(base, name)
 
 
 def restatements(paths):
@@ -50,7 +39,7 @@ def restatements(paths):
 
 
 def test_no_kvcache_variable_gets_a_literal_default_outside_roles_kvcache():
-    found = restatements(_files())
+    found = restatements(repository_files(SCAN, (".yml", ".yaml", ".j2")))
     assert not found, ("restated defaults (give the default once, in roles/kvcache/defaults/main.yml or the owning "
                        "role's defaults, and let the play see it):\n" + "\n".join(found))
 
@@ -135,17 +124,12 @@ def test_every_play_that_reads_the_playbooks_shared_vars_sees_the_fleet_defaults
     """playbooks/vars/*.yml read fleet defaults (kvcache_router_drain_timeout): a test play that loads one
     lists kvcache.offload.kvcache as the collection's plays do (molecule/router_container once did not)."""
     missing = []
-    for top in ("molecule", "tests"):
-        for base, _dirs, files in os.walk(os.path.join(ROOT, top)):
-            for name in files:
-                if not name.endswith(".yml"):
-                    continue
-                path = os.path.join(base, name)
-                with open(path, encoding="utf-8") as handle:
-                    if "playbooks/vars/" not in handle.read():
-                        continue
-                for play in _plays(path):
-                    if any("playbooks/vars/" in str(f) for f in play.get("vars_files") or []):
-                        if "kvcache.offload.kvcache" not in [_role_name(r) for r in play.get("roles") or []]:
-                            missing.append("%s: %s" % (os.path.relpath(path, ROOT), play.get("name")))
+    for path in repository_files(("molecule", "tests"), (".yml",)):
+        with open(path, encoding="utf-8") as handle:
+            if "playbooks/vars/" not in handle.read():
+                continue
+        for play in _plays(path):
+            if any("playbooks/vars/" in str(f) for f in play.get("vars_files") or []):
+                if "kvcache.offload.kvcache" not in [_role_name(r) for r in play.get("roles") or []]:
+                    missing.append("%s: %s" % (os.path.relpath(path, ROOT), play.get("name")))
     assert not missing, "plays loading playbooks/vars/ without the fleet defaults: %s" % missing
