@@ -4,7 +4,9 @@ Models one two-node cluster at a claimed ONTAP release: SVMs (looked up by name,
 with its root volume and the `default` export policy that volume uses), aggregates with
 their home node, volumes (`nas.uid/gid/unix_permissions`, export policy, junction path,
 FlexVol or FlexGroup), export policies and rules, the NFS service (v4.1, pNFS, trunking,
-transfer size), data LIFs with `rdma_protocols` and their home node, and jobs.
+transfer size, NFSv4 ID domain), data LIFs with `rdma_protocols` and their home node, jobs,
+and NFS Kerberos: realms (one KDC each), the Kerberos settings of every data LIF, and the
+SVM's local UNIX users and groups (what a Kerberos principal maps to).
 
 Every request is checked against ONTAP's own REST schemas (the PyPI `netapp-ontap`
 client's, tests/doubles/ontap_schema.py) at the claimed release, and refused the way
@@ -17,7 +19,12 @@ ONTAP refuses it:
 - a feature newer than the claimed release (NFS trunking before 9.14.1): 400;
 - an SVM, aggregate or export policy that does not exist: 400 naming it (2621462 for
   the SVM; the other codes are the double's own, ONTAP's message text is close to them);
-- a path it does not serve: 404 "API not found" (code 3), so an unexpected call shows up.
+- a path it does not serve: 404 "API not found" (code 3), so an unexpected call shows up;
+- NFS Kerberos as ONTAP documents it: a realm needs its KDC's address and vendor (and the AD
+  server for `microsoft`); a LIF's Kerberos is enabled with an SPN `nfs/<host>@<REALM>` of a
+  realm the SVM has, and with the KDC administrator's user and password or a keytab URI
+  (ONTAP creates or loads the SPN's keys then); a local UNIX user needs its ID and primary
+  group. The password is write-only: no GET returns it.
 
 A GET returns the record's keys plus the fields asked for (`*` leaves out the advanced
 fields ONTAP only returns when named, such as protocol.v41_features.trunking_enabled).
@@ -84,6 +91,7 @@ class OntapDouble:
         self.svms, self.volumes, self.policies, self.rules = [], [], [], {}
         self.nfs_services, self.jobs = [], {}
         self.lifs = []
+        self.realms, self.krb_interfaces, self.unix_users, self.unix_groups = [], [], [], []
         self.add_svm(svm)
         lifs = lifs or {"kv_data1": ("node1", "10.30.0.5"), "kv_data2": ("node2", "10.30.0.6")}
         for name, (node, address) in lifs.items():
@@ -120,6 +128,10 @@ class OntapDouble:
             "location": {"home_node": self._node(node), "node": self._node(node), "is_home": True,
                          "home_port": {"name": "e4a", "node": {"name": node}}},
         })
+        # Every data LIF has NFS Kerberos settings, disabled until someone enables them.
+        self.krb_interfaces.append({"interface": {"name": name, "uuid": _uuid("lif/" + name),
+                                                  "ip": {"address": address}},
+                                    "svm": _ref(svm), "enabled": False})
 
     def root_volume(self, svm_name=None):
         svm_name = svm_name or self.svms[0]["name"]
@@ -139,6 +151,21 @@ class OntapDouble:
 
     def lif(self, name):
         return next(lif for lif in self.lifs if lif["name"] == name)
+
+    def krb_interface(self, name):
+        return next(i for i in self.krb_interfaces if i["interface"]["name"] == name)
+
+    def realm(self, name, svm_name=None):
+        svm_name = svm_name or self.svms[0]["name"]
+        return next((r for r in self.realms if r["name"] == name and r["svm"]["name"] == svm_name), None)
+
+    def unix_user(self, name, svm_name=None):
+        svm_name = svm_name or self.svms[0]["name"]
+        return next((u for u in self.unix_users if u["name"] == name and u["svm"]["name"] == svm_name), None)
+
+    def unix_group(self, name, svm_name=None):
+        svm_name = svm_name or self.svms[0]["name"]
+        return next((g for g in self.unix_groups if g["name"] == name and g["svm"]["name"] == svm_name), None)
 
     def _aggregate(self, name):
         return next((a for a in self.aggregates if a["name"] == name), None)
@@ -171,7 +198,19 @@ class OntapDouble:
          "/api/protocols/nfs/export-policies/{id}/rules", "rules"),
         (r"/api/protocols/nfs/export-policies(?:/(\d+))?", "/api/protocols/nfs/export-policies", "policies"),
         (r"/api/network/ip/interfaces(?:/([^/]+))?", "/api/network/ip/interfaces", "lifs"),
+        # Keyed by the SVM's UUID and the name (ONTAP's /realms/{svm.uuid}/{name}).
+        (r"/api/protocols/nfs/kerberos/realms(?:/([^/]+)/([^/]+))?", "/api/protocols/nfs/kerberos/realms",
+         "realms"),
+        (r"/api/protocols/nfs/kerberos/interfaces(?:/([^/]+))?", "/api/protocols/nfs/kerberos/interfaces",
+         "krb_interfaces"),
+        (r"/api/name-services/unix-users(?:/([^/]+)/([^/]+))?", "/api/name-services/unix-users", "unix_users"),
+        (r"/api/name-services/unix-groups(?:/([^/]+)/([^/]+))?", "/api/name-services/unix-groups",
+         "unix_groups"),
     ]
+    # Collections keyed by (svm.uuid, name); a POST creates in them.
+    BY_SVM_AND_NAME = ("realms", "unix_users", "unix_groups")
+    CREATES = ("volumes", "nfs_services", "policies", "rules") + BY_SVM_AND_NAME
+    PATCHES = ("volumes", "nfs_services", "policies", "rules", "lifs", "krb_interfaces") + BY_SVM_AND_NAME
 
     def handle(self, req):
         if self.credentials and req.get("user") != list(self.credentials):
@@ -211,9 +250,16 @@ class OntapDouble:
         else:
             records, key = getattr(self, kind), groups[0] if groups else None
 
+        if kind in self.BY_SVM_AND_NAME:
+            key = groups if groups[0] is not None else None
+
         def find(record):
             if kind == "rules":
                 return str(record["index"]) == key
+            if kind in self.BY_SVM_AND_NAME:
+                return (record["svm"]["uuid"], record["name"]) == key
+            if kind == "krb_interfaces":
+                return record["interface"]["uuid"] == key
             return (str(record.get("uuid", record.get("id"))) == key
                     or (kind == "nfs_services" and record["svm"]["uuid"] == key))
 
@@ -225,7 +271,7 @@ class OntapDouble:
                 found = [r for r in records if self._matches(r, query)]
                 return 200, {"records": [self._project(name, r, fields) for r in found],
                              "num_records": len(found)}, {}
-            if method == "POST" and kind in ("volumes", "nfs_services", "policies", "rules"):
+            if method == "POST" and kind in self.CREATES:
                 ontap_schema_check(schema, body, "post", gate)
                 create = getattr(self, "_create_" + kind)
                 record, status = create(expand(body), *([policy] if kind == "rules" else []))
@@ -241,7 +287,7 @@ class OntapDouble:
             raise OntapError(404, "entry doesn't exist", 4)
         if method == "GET":
             return 200, self._project(name, record, fields, single=True), {}
-        if method == "PATCH" and kind in ("volumes", "nfs_services", "policies", "rules", "lifs"):
+        if method == "PATCH" and kind in self.PATCHES:
             ontap_schema_check(schema, body, "patch", gate)
             changes = expand(body)
             self._check_features(name, changes)
@@ -443,6 +489,81 @@ class OntapDouble:
     @staticmethod
     def _patch_lifs(record, changes, _query):
         merge(record, changes)
+
+    # -- NFS Kerberos and the UNIX users a principal maps to ------------------------------------
+    def _create_realms(self, body):
+        svm = self._svm_from(body)
+        for required in ("name", "kdc.ip", "kdc.vendor"):
+            if lookup(body, required) in (None, ""):
+                raise OntapError(400, 'Missing value for field "%s".' % required, 262195, required)
+        if self.realm(body["name"], svm["name"]):
+            raise OntapError(409, 'Kerberos realm "%s" already exists for SVM "%s".' % (body["name"], svm["name"]),
+                             3276810, "name")
+        self._check_ad_server(body)
+        record = merge({"svm": _ref(svm), "kdc": {"port": 88}, "clock_skew": 5}, body)
+        self.realms.append(record)
+        return record, 201
+
+    @staticmethod
+    def _check_ad_server(record):
+        if lookup(record, "kdc.vendor") == "microsoft":
+            for required in ("ad_server.name", "ad_server.address"):
+                if not lookup(record, required):
+                    raise OntapError(400, 'Field "%s" is required when "kdc.vendor" is "microsoft".' % required,
+                                     262195, required)
+
+    def _patch_realms(self, record, changes, _query):
+        merge(record, changes)
+        self._check_ad_server(record)
+
+    def _patch_krb_interfaces(self, record, changes, _query):
+        changes = _typed(changes)
+        secret = {key: changes.pop(key) for key in ("user", "password", "keytab_uri", "force") if key in changes}
+        if changes.get("enabled") is True:
+            spn = changes.get("spn") or record.get("spn")
+            match = re.fullmatch(r"nfs/([A-Za-z0-9.-]+)@([^@]+)", spn or "")
+            if not match:
+                raise OntapError(400, 'Invalid SPN "%s": the form is nfs/<host name>@<REALM>.' % spn, 3276869,
+                                 "spn")
+            if self.realm(match.group(2), record["svm"]["name"]) is None:
+                raise OntapError(400, 'Kerberos realm "%s" is not configured for SVM "%s".'
+                                 % (match.group(2), record["svm"]["name"]), 3276863, "spn")
+            if not (secret.get("keytab_uri") or (secret.get("user") and secret.get("password"))):
+                raise OntapError(400, "Enabling NFS Kerberos needs the KDC administrator's user and password, "
+                                      "or a keytab URI.", 3276871, "user")
+        merge(record, changes)
+
+    def _create_unix_users(self, body):
+        svm = self._svm_from(body)
+        for required in ("name", "id", "primary_gid"):
+            if body.get(required) in (None, ""):
+                raise OntapError(400, 'Missing value for field "%s".' % required, 262195, required)
+        if self.unix_user(body["name"], svm["name"]):
+            raise OntapError(409, 'UNIX user "%s" already exists.' % body["name"], 23724042, "name")
+        body.pop("skip_name_validation", None)
+        record = dict(body, svm=_ref(svm), id=int(body["id"]), primary_gid=int(body["primary_gid"]))
+        self.unix_users.append(record)
+        return record, 201
+
+    def _create_unix_groups(self, body):
+        svm = self._svm_from(body)
+        for required in ("name", "id"):
+            if body.get(required) in (None, ""):
+                raise OntapError(400, 'Missing value for field "%s".' % required, 262195, required)
+        if self.unix_group(body["name"], svm["name"]):
+            raise OntapError(409, 'UNIX group "%s" already exists.' % body["name"], 23724042, "name")
+        body.pop("skip_name_validation", None)
+        record = dict(body, svm=_ref(svm), id=int(body["id"]))
+        self.unix_groups.append(record)
+        return record, 201
+
+    @staticmethod
+    def _patch_unix_users(record, changes, _query):
+        merge(record, {k: int(v) if k in ("id", "primary_gid") else v for k, v in changes.items()})
+
+    @staticmethod
+    def _patch_unix_groups(record, changes, _query):
+        merge(record, {k: int(v) if k == "id" else v for k, v in changes.items()})
 
     def start(self):
         self.server.start()

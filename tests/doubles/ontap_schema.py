@@ -7,7 +7,8 @@ set. This module walks those schemas to answer, for one resource:
 
 - is `a.b.c` a field of it (for `fields=`, query filters and bodies)?
 - may a POST / PATCH set it?
-- is the value of the right type?
+- is the value of the right type, and one of ONTAP's choices where the field has them (the
+  "Valid choices:" list in the client's documentation of the field, e.g. kdc.vendor)?
 
 and, with tests/doubles/ontap_field_versions.json, whether the ONTAP release the double
 claims already had the field. That file lists the fields of the resources below that
@@ -15,11 +16,15 @@ newer releases added: the first `netapp-ontap` release (9.10.1.0, 9.12.1.0, ...)
 schema has the field. `python -m tests.doubles.ontap_schema --regenerate` rebuilds it
 (it downloads the older netapp-ontap wheels with pip into build/cache).
 """
+import ast
 import importlib
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
 
 from marshmallow import ValidationError
 from marshmallow import fields as mf
@@ -41,6 +46,12 @@ RESOURCES = {
     "/api/protocols/nfs/export-policies/{id}/rules": ("export_rule", "netapp_ontap.resources.export_rule",
                                                       "ExportRuleSchema"),
     "/api/network/ip/interfaces": ("ip_interface", "netapp_ontap.resources.ip_interface", "IpInterfaceSchema"),
+    "/api/protocols/nfs/kerberos/realms": ("kerberos_realm", "netapp_ontap.resources.kerberos_realm",
+                                           "KerberosRealmSchema"),
+    "/api/protocols/nfs/kerberos/interfaces": ("kerberos_interface", "netapp_ontap.resources.kerberos_interface",
+                                               "KerberosInterfaceSchema"),
+    "/api/name-services/unix-users": ("unix_user", "netapp_ontap.resources.unix_user", "UnixUserSchema"),
+    "/api/name-services/unix-groups": ("unix_group", "netapp_ontap.resources.unix_group", "UnixGroupSchema"),
 }
 # How deep the generator follows nested objects (ONTAP's objects nest 4-5 levels at most
 # where the roles look; references such as home_node are two).
@@ -130,7 +141,7 @@ def check_body(schema, body, mode, gate=None, prefix=""):
             raise BodyError('Field "%s" cannot be set in this operation.' % path, "262186", path)
         nested = _inner(field)
         if nested is None:
-            _check_value(field, value, path)
+            _check_value(field, value, path, choices_of(schema, field))
             continue
         items = value if isinstance(field, mf.List) else [value]
         if isinstance(field, mf.List) and not isinstance(value, list):
@@ -151,10 +162,13 @@ def _check_reference(schema, item, parts, gate, prefix):
         path = prefix + key
         if key not in parts or (gate and gate(path)):
             raise BodyError('Unexpected argument "%s".' % path, "262179", path)
-        _check_value(field_at(schema, key), value, path)
+        _check_value(field_at(schema, key), value, path, choices_of(schema, field_at(schema, key)))
 
 
-def _check_value(field, value, path):
+def _check_value(field, value, path, choices=None):
+    if choices and isinstance(value, str) and value not in choices:
+        raise BodyError('"%s" is an invalid value for field "%s" (one of %s)' % (value, path, ", ".join(choices)),
+                        "262196", path)
     try:
         if isinstance(field, mf.List):
             if not isinstance(value, list):
@@ -165,6 +179,39 @@ def _check_value(field, value, path):
             field.deserialize(value)
     except ValidationError as exc:
         raise BodyError('"%s" is an invalid value for field "%s"' % (value, path), "262196", path) from exc
+
+
+# -- ONTAP's enums ------------------------------------------------------------------------
+_CHOICES = {}
+
+
+def choices_of(schema, field):
+    """The values ONTAP accepts for a string field, from the "Valid choices:" list of the field's
+    documentation in the client's source (marshmallow does not check them); None if it has none."""
+    if field is None or not isinstance(field, mf.String):
+        return None
+    cls = type(schema)
+    if cls not in _CHOICES:
+        _CHOICES[cls] = _parse_choices(cls)
+    return _CHOICES[cls].get(field.name)
+
+
+def _parse_choices(cls):
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    out = {}
+    for node, doc in zip(body, body[1:]):
+        text = getattr(getattr(doc, "value", None), "value", None)
+        if isinstance(node, ast.Assign) and isinstance(doc, ast.Expr) and isinstance(text, str) \
+                and "Valid choices:" in text:
+            names = re.findall(r"^\s*\* (\S+)", text.split("Valid choices:", 1)[1], re.M)
+            for target in node.targets:
+                if isinstance(target, ast.Name) and names:
+                    out[target.id] = names
+    return out
 
 
 # -- the release table -------------------------------------------------------------------
