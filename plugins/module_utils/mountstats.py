@@ -122,12 +122,13 @@ def summary(mount):
         "rsize": int(opts["rsize"]) if str(opts.get("rsize", "")).isdigit() else None,
         "wsize": int(opts["wsize"]) if str(opts.get("wsize", "")).isdigit() else None,
         "pnfs": pnfs if pnfs and pnfs != "not configured" else None,
+        "sec": opts.get("sec"),
         "sessions": bool(mount.get("nfsv4", {}).get("sessions")),
         "opts": opts,
     }
 
 
-def compare(mount, vers=None, proto=None, nconnect=None, rsize=None, wsize=None, require_pnfs=False):
+def compare(mount, vers=None, proto=None, nconnect=None, rsize=None, wsize=None, require_pnfs=False, sec=None):
     """Differences between a parsed mount and what was asked, as readable strings.
 
     An empty list means the live mount is what was asked. ``None`` skips a check.
@@ -153,6 +154,8 @@ def compare(mount, vers=None, proto=None, nconnect=None, rsize=None, wsize=None,
         problems.append("rsize is %s, asked for %s" % (facts["rsize"], rsize))
     if wsize is not None and facts["wsize"] != int(wsize):
         problems.append("wsize is %s, asked for %s" % (facts["wsize"], wsize))
+    if sec is not None and facts["sec"] != sec:
+        problems.append("security flavour is %s, asked for %s" % (facts["sec"], sec))
     if require_pnfs and not facts["pnfs"]:
         problems.append("pNFS is not in use (no layout type in the nfsv4 line)")
     return problems

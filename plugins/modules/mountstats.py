@@ -42,6 +42,12 @@ options:
   wsize:
     description: Write size the mount must have. Not checked when omitted (the server may lower it).
     type: int
+  sec:
+    description:
+      - Security flavour the mount must use (the kernel's C(sec=) option), e.g. C(krb5p) where the export is meant to
+        be reached with Kerberos privacy only. Not checked when omitted.
+    type: str
+    choices: [sys, krb5, krb5i, krb5p]
   require_pnfs:
     description: Fail unless the NFSv4 line names a pNFS layout type.
     type: bool
@@ -114,6 +120,10 @@ mount:
       description: pNFS layout type, or null.
       type: str
       sample: LAYOUT_NFSV4_1_FILES
+    sec:
+      description: Security flavour (C(sec=) option), or null.
+      type: str
+      sample: sys
     sessions:
       description: Whether NFSv4.1 sessions are in use.
       type: bool
@@ -143,6 +153,7 @@ def main():
             rsize=dict(type="int"),
             wsize=dict(type="int"),
             require_pnfs=dict(type="bool", default=False),
+            sec=dict(type="str", choices=["sys", "krb5", "krb5i", "krb5p"]),
             mountstats_file=dict(type="path", default="/proc/self/mountstats"),
         ),
         supports_check_mode=True,
@@ -163,7 +174,7 @@ def main():
     facts = ms.summary(mount)
     problems = ms.compare(
         mount, vers=p["vers"], proto=p["proto"], nconnect=p["nconnect"],
-        rsize=p["rsize"], wsize=p["wsize"], require_pnfs=p["require_pnfs"],
+        rsize=p["rsize"], wsize=p["wsize"], require_pnfs=p["require_pnfs"], sec=p["sec"],
     )
     if problems:
         module.fail_json(

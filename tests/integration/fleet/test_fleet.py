@@ -25,7 +25,7 @@ with open(os.path.join(EXAMPLE, "group_vars", "all", "storage.yml")) as _handle:
 # The options the example's settings give (docs/roles/kvcache_mount.md: the seed's options with
 # NetApp's RDMA transfer size, then nosuid,nodev,noexec: the tier holds data only); every one
 # known to the nodes' kernel (this machine's, >= 5.18).
-EXAMPLE_MOUNT_OPTIONS = "vers=4.1,proto=rdma,trunkdiscovery,write=eager,rsize=65536,wsize=65536,nosuid,nodev,noexec"
+EXAMPLE_MOUNT_OPTIONS = "vers=4.1,proto=rdma,sec=sys,trunkdiscovery,write=eager,rsize=65536,wsize=65536,nosuid,nodev,noexec"
 
 # (phase, tensor-parallel size): the example's own TP, then the converge with -e TP=2.
 PHASES = [("converge", int(FLEET["kvcache_tensor_parallel_size"])), ("tp2", 2)]

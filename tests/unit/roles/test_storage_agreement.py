@@ -29,8 +29,19 @@ def render(expression, *defaults, **inventory):
     for path in defaults:
         variables.update(load(path))
     variables.update(inventory)
-    trusted = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in variables.items()}
+    trusted = {k: _trusted(v) for k, v in variables.items()}
     return Templar(loader=DataLoader(), variables=trusted).template(trust_as_template(expression))
+
+
+def _trusted(value):
+    """What Ansible's loader does with a variables file: every string in it may be a template."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _trusted(v) for k, v in value.items()}
+    return value
 
 
 FLEET = "roles/kvcache/defaults/main.yml"
@@ -84,7 +95,17 @@ def test_mount_transfer_size(proto, size):
     """
     options = render("{{ kvcache_mount_options }}", FLEET, MOUNT, kvcache_mount_proto=proto).split(",")
     assert "rsize=%d" % size in options and "wsize=%d" % size in options
-    assert options[:4] == ["vers=4.1", "proto=" + proto, "trunkdiscovery", "write=eager"]
+    assert options[:5] == ["vers=4.1", "proto=" + proto, "sec=sys", "trunkdiscovery", "write=eager"]
+
+
+@pytest.mark.parametrize("security", ["sys", "krb5", "krb5i", "krb5p"])
+def test_the_export_rule_and_the_mount_share_one_security_flavour(security):
+    """Issue #33 (Kerberos): kvcache_nfs_security is one fleet value for ONTAP's export rule and
+    the nodes' sec= mount option. Failed before it: the rule said sys, the mount said nothing."""
+    rule = render("{{ [ontap_nfs_rule_ro, ontap_nfs_rule_rw] }}", FLEET, ONTAP, kvcache_nfs_security=security)
+    options = render("{{ kvcache_mount_options }}", FLEET, MOUNT, kvcache_nfs_security=security).split(",")
+    assert rule == [[security], [security]]
+    assert "sec=" + security in options
 
 
 def test_ontap_lets_the_default_mounts_through():

@@ -28,6 +28,16 @@ def test_tcp_fallback_fails_with_a_fix(run_module):
     assert "rpcrdma" in result["msg"] and "Fix:" in result["msg"]
 
 
+def test_a_mount_on_another_security_flavour_fails(run_module):
+    """Kerberos (kvcache_nfs_security krb5p): a mount the client negotiated down to sec=sys is not
+    the one asked for. The module did not read sec= before."""
+    result, failed = run_module(mountstats, args("v41_tcp.txt", vers="4.1", proto="tcp", sec="krb5p"))
+    assert failed
+    assert result["problems"] == ["security flavour is sys, asked for krb5p"]
+    result, failed = run_module(mountstats, args("v41_tcp.txt", vers="4.1", proto="tcp", sec="sys"))
+    assert not failed and result["mount"]["sec"] == "sys"
+
+
 def test_v3_fails(run_module):
     result, failed = run_module(mountstats, args("v3_tcp.txt", vers="4.1"))
     assert failed
