@@ -2,10 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Grafana dashboard shipped in roles/observability/files queries only real metrics.
 
-Every PromQL expression (panel targets and template variables) may reference only series
-names in tests/unit/fixtures/observability/metric_names.json, which was extracted from the
-released packages (see its provenance and extract_metric_names.py), and only the labels
-the scrape configuration adds or the sources declare.
+Every PromQL expression (panel targets and template variables) parses with Prometheus's own
+parser (promtool, with Grafana's variables replaced), may reference only series names in
+tests/unit/fixtures/observability/metric_names.json, which was extracted from the released
+packages (see its provenance and extract_metric_names.py), and only the labels the scrape
+configuration adds or the sources declare.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -13,14 +14,20 @@ from __future__ import absolute_import, division, print_function
 import json
 import os
 import re
+import subprocess
 
 import pytest
+import yaml
 
 __metaclass__ = type
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DASHBOARD = os.path.join(ROOT, "roles", "observability", "files", "kvcache-dashboard.json")
 NAMES = os.path.join(ROOT, "tests", "unit", "fixtures", "observability", "metric_names.json")
+PROMTOOL = os.environ.get("KVCACHE_PROMTOOL") or os.path.join(ROOT, "build", "tools", "promtool")
+# What Grafana puts in place of its variables before Prometheus sees a query.
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h", "$node": ".+",
+                     "${node}": ".+"}
 
 PROMQL_WORDS = {
     # aggregation operators, keywords and set operators
@@ -78,6 +85,40 @@ def test_scanner_finds_names_not_functions_labels_or_keywords():
     expr = ('histogram_quantile(0.95, sum by (le, kvcache_instance) (rate(vllm:time_to_first_token_seconds_bucket'
             '{kvcache_node=~"$node", x="a b"}[$__rate_interval]))) / on (job) group_left up or vector(0)')
     assert metric_names(expr) == {"vllm:time_to_first_token_seconds_bucket", "up"}
+
+
+def as_prometheus_sees_it(expr):
+    for variable in sorted(GRAFANA_VARIABLES, key=len, reverse=True):
+        expr = expr.replace(variable, GRAFANA_VARIABLES[variable])
+    assert "$" not in expr, "a Grafana variable the test does not know: %r" % expr
+    return expr
+
+
+def test_every_expression_parses_with_prometheus(dashboard, tmp_path):
+    """Issue #37 item 6: Prometheus's own parser (promtool check rules on one recording rule per
+    expression), not only the name scanner above. A broken query fails here with promtool's
+    message and the panel's title."""
+    assert os.access(PROMTOOL, os.X_OK), "no promtool at %s: `make unit` fetches it (scripts/promtool.sh)" % PROMTOOL
+    found = list(expressions(dashboard))
+    rules = [{"record": "kvcache_dashboard:query_%d" % i, "expr": as_prometheus_sees_it(expr)}
+             for i, (_title, expr) in enumerate(found)]
+    path = tmp_path / "dashboard-queries.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    proc = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=120,
+                          check=False)
+    titles = "; ".join("query_%d = %s" % (i, title) for i, (title, _e) in enumerate(found))
+    assert proc.returncode == 0, "%s%s\n(%s)" % (proc.stdout, proc.stderr, titles)
+    assert "SUCCESS: %d rules found" % len(rules) in proc.stdout
+
+
+def test_a_broken_query_fails_the_parse(tmp_path):
+    """The check can fail: promtool refuses an unbalanced expression."""
+    path = tmp_path / "broken.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "d", "rules": [
+        {"record": "kvcache_dashboard:broken", "expr": as_prometheus_sees_it("sum(rate(up[$__rate_interval])")}]}]}))
+    proc = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode != 0 and "unclosed left parenthesis" in proc.stdout + proc.stderr
 
 
 def test_every_expression_uses_only_metrics_from_the_released_sources(dashboard, known):
