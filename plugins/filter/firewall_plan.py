@@ -22,6 +22,8 @@ description:
     With the production-stack router's C(kvaware) routing, C(lmcache_workers) too (the ports the
     node's in-process LMCache workers take commands on, from C(lmcache_controller_worker_port) up,
     one per TP rank) from the router hosts. The LMCache server's own ports stay on loopback - no rule.
+    With C(kvcache_dcgm_exporter) (the fleet default, on), C(dcgm_exporter), C(kvcache_dcgm_exporter_port)
+    (NVIDIA's DCGM exporter, GPU metrics) from the monitoring hosts and the controller.
   - A router host - C(router_client), C(router_port) from the client sources (anywhere by
     default); C(router_metrics), C(router_metrics_port) (when it is not C(router_port)) from the monitoring
     hosts, the controller and C(router_metrics_allowed_sources), unless C(router_metrics_host) is a
@@ -120,7 +122,7 @@ except ImportError:  # pragma: no cover
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvcache.offload.plugins.module_utils.node_plan import lmcache_mode
+from ansible_collections.kvcache.offload.plugins.module_utils.node_plan import dcgm_exporter_port, lmcache_mode
 from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
     InstancesError,
     effective_instances,
@@ -409,6 +411,15 @@ def firewall_plan(hostvars, host, groups, settings):
             mode = _get(hvars, "lmcache_mode") or lmcache_mode(host, hvars)
         except ValueError as error:
             raise AnsibleFilterError("firewall_plan: %s" % error)
+        try:
+            dcgm = dcgm_exporter_port(host, hvars)
+        except ValueError as error:
+            raise AnsibleFilterError("firewall_plan: %s" % error)
+        if dcgm is not None:
+            rules.append(_rule("dcgm_exporter", "tcp", [_port(host, "kvcache_dcgm_exporter_port", dcgm)],
+                               fleet(monitoring) + controller,
+                               _who([("monitoring hosts", named(monitoring)), controller_who]),
+                               "NVIDIA DCGM exporter (GPU metrics)"))
         if kvaware and ranks and mode == "inprocess":
             first = int(_get(hvars, "lmcache_controller_worker_port",
                              _role_defaults("lmcache").get("lmcache_controller_worker_port", 9400)))

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 name: scrape_targets
-short_description: Prometheus file_sd target groups for vLLM instances, LMCache MP servers or the router
+short_description: Prometheus file_sd target groups for vLLM instances, LMCache MP servers, the router or GPU metrics
 version_added: 0.1.0
 description:
   - Walks the hosts given, in inventory order, and returns one Prometheus file_sd target group
@@ -34,6 +34,9 @@ description:
     C(router_metrics_host) when concrete), for both implementations - the router role's front
     serves them there (plain HTTP, to the monitoring hosts); the client port C(router_port) is
     TLS and refuses C(/metrics).
+  - C(dcgm) gives NVIDIA's DCGM exporter of every host (GPU metrics) when C(kvcache_dcgm_exporter) is true (the
+    host's, else roles/kvcache's default), at C(kvcache_dcgm_exporter_port) on the host's
+    C(nvidia_driver_dcgm_exporter_address), else its C(ansible_host) (the internal address the exporter binds to).
   - A variable a host does not define is taken from I(defaults) (the roles' defaults are not in
     C(hostvars) unless the role ran in the same play). IPv6 addresses are put in brackets.
   - Labels on every group - C(kvcache_component), C(kvcache_node) (inventory name) and
@@ -54,7 +57,7 @@ options:
     description: Which component's targets to return.
     type: str
     required: true
-    choices: [vllm, lmcache_mp, router]
+    choices: [vllm, lmcache_mp, router, dcgm]
   defaults:
     description:
       - Values for variables a host does not define, for example C(lmcache_mp_http_port=8080),
@@ -106,13 +109,13 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvcache.offload.plugins.module_utils.node_plan import lmcache_mode
+from ansible_collections.kvcache.offload.plugins.module_utils.node_plan import dcgm_exporter_port, lmcache_mode
 from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
     InstancesError,
     effective_instances,
 )
 
-COMPONENTS = ("vllm", "lmcache_mp", "router")
+COMPONENTS = ("vllm", "lmcache_mp", "router", "dcgm")
 LOOPBACK = ("skip", "keep", "fail")
 _WILDCARDS = ("", "0.0.0.0", "::", "[::]", "*")
 
@@ -215,6 +218,19 @@ def _router(host, hvars, defaults):
     return [_group(host, address, port, "router", host, {"kvcache_router_implementation": str(implementation)})]
 
 
+def _dcgm(host, hvars):
+    # The node's own settings, else the fleet's (roles/kvcache): the exporter listens on the node's
+    # internal address (nvidia_driver), which is ansible_host when that is an address.
+    try:
+        port = dcgm_exporter_port(host, hvars)
+    except ValueError as error:
+        raise AnsibleFilterError("scrape_targets: %s" % error)
+    if port is None:
+        return []
+    address = _lookup(hvars, "nvidia_driver_dcgm_exporter_address", {}) or _lookup(hvars, "ansible_host", {}) or host
+    return [_group(host, address, port, "dcgm", "%s-gpus" % host)]
+
+
 def scrape_targets(hostvars, hosts, component, defaults=None, loopback="skip"):
     """Return file_sd target groups for one component on the given hosts."""
     if component not in COMPONENTS:
@@ -237,6 +253,8 @@ def scrape_targets(hostvars, hosts, component, defaults=None, loopback="skip"):
             found = _vllm(host, hvars, defaults)
         elif component == "lmcache_mp":
             found = _lmcache_mp(host, hvars, defaults, loopback)
+        elif component == "dcgm":
+            found = _dcgm(host, hvars)
         else:
             found = _router(host, hvars, defaults)
         for group in found:

@@ -59,3 +59,25 @@ def lmcache_mode(host, hvars, fallback=None):
         raise ValueError("host %s: kvcache_lmcache_mode is %r. Fix: set kvcache_lmcache_mode to one of %s."
                          % (host, mode, ", ".join(LMCACHE_MODES)))
     return mode
+
+
+def dcgm_exporter_port(host, hvars):
+    """The port of the node's DCGM exporter (kvcache_dcgm_exporter, kvcache_dcgm_exporter_port, fleet
+    defaults), or None when the fleet runs none."""
+    enabled = fleet_value(hvars, "kvcache_dcgm_exporter")
+    try:
+        enabled = boolean(enabled, strict=True) if enabled is not None else False
+    except TypeError:
+        raise ValueError("host %s: kvcache_dcgm_exporter is %r, not a boolean. Fix: set it to true or false."
+                         % (host, enabled))
+    if not enabled:
+        return None
+    port = fleet_value(hvars, "kvcache_dcgm_exporter_port")
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        number = 0
+    if isinstance(port, bool) or not 1 <= number <= 65535:
+        raise ValueError("host %s: kvcache_dcgm_exporter_port is %r. Fix: set it to a port 1-65535."
+                         % (host, port))
+    return number

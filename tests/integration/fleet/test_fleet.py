@@ -238,6 +238,38 @@ def test_fabric_manager_only_on_the_nvswitch_node(node):
 
 
 @pytest.mark.parametrize("node", sorted(NODES))
+def test_dcgm_exporter_planned_on_every_gpu_node(node):
+    """Issue #37 item 4: NVIDIA's DCGM exporter (kvcache_dcgm_exporter, on in the example) from
+    NVIDIA's repository (the repository double's packages, check-mode apt), bound by a drop-in to
+    the node's address at the fleet's port 9450 (from the run's diff); the units it would bring are
+    not started in check mode. The exporter itself cannot run without a GPU (molecule nvidia_driver
+    runs the role's service handling against a test double of the binary)."""
+    _rec, facts = driver_facts(node)
+    listen = "%s:9450" % NODES[node]["address"]
+    assert facts["dcgm_exporter"]["listen"] == listen, facts
+    assert facts["dcgm_exporter"]["packages"] == ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-exporter"]
+    text = log("driver")
+    status, output = task_results(text, "kvcache.offload.nvidia_driver : Install DCGM and its exporter")[node]
+    assert status == "changed", output
+    status, output = task_results(
+        text, "kvcache.offload.nvidia_driver : Bind the exporter to the node's internal address and the fleet's port")[node]
+    assert status == "changed", output
+    added = [line[1:].strip() for line in output.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert "ExecStart=" in added and (
+        "ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv -a %s" % listen) in added, output
+    started = task_results(text, "kvcache.offload.nvidia_driver : Start the exporter (restarted on a new command line), "
+                                 "at every boot")
+    assert started[node][0] == "skipping", started
+
+
+@pytest.mark.parametrize("run", ["converge", "tp2"])
+def test_prometheus_scrapes_every_nodes_dcgm_exporter(run):
+    targets = record(run)["observability"]["targets"]["dcgm"]
+    assert sorted(t for group in targets for t in group["targets"]) == sorted(
+        "%s:9450" % NODES[n]["address"] for n in NODES)
+
+
+@pytest.mark.parametrize("node", sorted(NODES))
 def test_persistence_mode_on(node):
     """nvidia-persistenced with persistence mode on: the drop-in the role would write over the
     installed unit (Ubuntu's, which passes --no-persistence-mode), from the check-mode run's diff,

@@ -58,7 +58,7 @@ def rules(plan):
 def test_a_node_admits_its_engines_from_router_monitoring_and_controller_only():
     plan = firewall_plan(hostvars(), "node1", GROUPS, SETTINGS)
     got = rules(plan)
-    assert sorted(got) == ["engines", "ssh"]
+    assert sorted(got) == ["dcgm_exporter", "engines", "ssh"]
     assert got["engines"]["ports"] == ["8000", "8001"]
     assert got["engines"]["any"] is False
     assert got["engines"]["v4"] == ["172.29.100.1", "172.29.100.20"]
@@ -100,7 +100,10 @@ def test_names_resolve_from_facts_and_ipv6_goes_to_its_own_set():
     assert firewall_plan(hv, "node2", groups, SETTINGS)["firewalld"]["rich_rules"] == sorted([
         'rule family="ipv4" source address="10.20.0.5" port port="8000" protocol="tcp" accept',
         'rule family="ipv4" source address="172.29.100.1" port port="8000" protocol="tcp" accept',
-        'rule family="ipv6" source address="2001:db8::9" port port="8000" protocol="tcp" accept'])
+        'rule family="ipv6" source address="2001:db8::9" port port="8000" protocol="tcp" accept',
+        # NVIDIA's DCGM exporter: the monitoring host and the controller only (not the router)
+        'rule family="ipv4" source address="172.29.100.1" port port="9450" protocol="tcp" accept',
+        'rule family="ipv6" source address="2001:db8::9" port port="9450" protocol="tcp" accept'])
 
 
 def test_a_name_without_facts_is_unresolved_not_forgotten():
@@ -135,6 +138,24 @@ def test_kvaware_worker_ports_follow_each_nodes_own_lmcache_mode():
     assert gds["lmcache_workers"]["ports"] == ["9400-9401"]
     unset = rules(firewall_plan(hostvars(router=router), "node1", GROUPS, SETTINGS))
     assert "lmcache_workers" not in unset and "engines" in unset
+
+
+def test_the_dcgm_exporter_is_let_in_from_monitoring_and_controller_only():
+    """Issue #37 item 4: the GPU metrics port (kvcache_dcgm_exporter_port, roles/kvcache's 9450) on
+    every node, from the monitoring hosts and the controller; not from the router. Off with
+    kvcache_dcgm_exporter: false, moved with the port."""
+    hv = hostvars(mon={"ansible_host": "172.29.100.40"})
+    groups = dict(GROUPS, kvcache_monitoring=["mon"])
+    got = rules(firewall_plan(hv, "node1", groups, SETTINGS))["dcgm_exporter"]
+    assert got["ports"] == ["9450"] and got["v4"] == ["172.29.100.1", "172.29.100.40"] and got["any"] is False
+    assert "monitoring hosts (mon)" in got["from"]
+    assert "dcgm_exporter" not in rules(firewall_plan(hv, "router", groups, SETTINGS))
+    off = hostvars(node1={"kvcache_dcgm_exporter": False})
+    assert "dcgm_exporter" not in rules(firewall_plan(off, "node1", GROUPS, SETTINGS))
+    moved = hostvars(node1={"kvcache_dcgm_exporter_port": "9460"})
+    assert rules(firewall_plan(moved, "node1", GROUPS, SETTINGS))["dcgm_exporter"]["ports"] == ["9460"]
+    with pytest.raises(AnsibleFilterError, match="kvcache_dcgm_exporter_port is 'x'. Fix"):
+        firewall_plan(hostvars(node1={"kvcache_dcgm_exporter_port": "x"}), "node1", GROUPS, SETTINGS)
 
 
 def test_extra_rules():
@@ -241,7 +262,10 @@ def test_the_node_ruleset_admits_the_engines_from_the_fleet_sets_only(rendered):
     assert re.search(r'counter drop comment "kvcache-ruleset [0-9a-f]{16}"\n\s*\}\n\}\s*$', text), text[-300:]
     accepts = [line.strip() for line in text.splitlines() if line.strip().endswith("accept")
                and not line.strip().startswith("type ")]
-    assert len(accepts) == 9, accepts
+    # the DCGM exporter's port from the monitoring hosts and the controller (v4 and v6 sets)
+    assert "tcp dport { 9450 } ip saddr @dcgm_exporter_v4 accept" in text
+    assert "tcp dport { 9450 } ip6 saddr @dcgm_exporter_v6 accept" in text
+    assert len(accepts) == 11, accepts
 
 
 def test_the_router_ruleset(rendered):

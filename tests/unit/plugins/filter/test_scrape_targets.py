@@ -105,6 +105,23 @@ def test_router_metrics_are_on_the_fronts_metrics_port_for_both_implementations(
     assert scrape_targets(hv, ["r"], "router", DEFAULTS)[0]["targets"] == ["10.9.0.5:29100"]
 
 
+def test_dcgm_exporter_of_every_node_at_the_fleet_port():
+    """Issue #37 item 4: NVIDIA's DCGM exporter on each node (roles/kvcache: on, port 9450), at the
+    address it binds to (nvidia_driver_dcgm_exporter_address, else ansible_host); none when off."""
+    hv = {"gpu1": {"ansible_host": "10.0.0.11"},
+          "gpu2": {"ansible_host": "10.0.0.12", "nvidia_driver_dcgm_exporter_address": "10.1.0.12",
+                   "kvcache_dcgm_exporter_port": "9460"},
+          "gpu3": {"ansible_host": "fd00::13"},
+          "cpu1": {"ansible_host": "10.0.0.14", "kvcache_dcgm_exporter": False}}
+    assert scrape_targets(hv, ["gpu1", "gpu2", "gpu3", "cpu1"], "dcgm") == [
+        {"targets": ["10.0.0.11:9450"], "labels": labels("dcgm", "gpu1", "gpu1-gpus")},
+        {"targets": ["10.1.0.12:9460"], "labels": labels("dcgm", "gpu2", "gpu2-gpus")},
+        {"targets": ["[fd00::13]:9450"], "labels": labels("dcgm", "gpu3", "gpu3-gpus")},
+    ]
+    with pytest.raises(AnsibleFilterError, match="kvcache_dcgm_exporter is 'maybe', not a boolean"):
+        scrape_targets({"g": {"kvcache_dcgm_exporter": "maybe"}}, ["g"], "dcgm")
+
+
 def test_empty_or_missing_groups_give_no_targets():
     assert scrape_targets(HOSTVARS, [], "vllm") == []
     assert scrape_targets(HOSTVARS, None, "router") == []
