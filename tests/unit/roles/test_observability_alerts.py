@@ -36,7 +36,7 @@ ALERTS = {"KvcacheEngineDown", "KvcacheRouterDown", "KvcacheRouterBackendUnhealt
           "KvcacheTimeToFirstTokenHigh", "KvcacheTierLoadFailures", "KvcacheTierStoreFailures",
           "KvcacheRemoteTierErrors", "KvcacheCrossInstanceHitsZero", "KvcacheGpuXidError", "KvcacheGpuRowRemapFailure",
           "KvcacheGpuUncorrectableMemoryErrors", "KvcacheTierVolumeAlmostFull", "KvcacheTierPrunerWatermarkMissed",
-          "KvcacheTierPrunerErrors", "KvcacheTierPrunerNotRunning"}
+          "KvcacheTierPrunerErrors", "KvcacheTierPrunerNotRunning", "KvcacheGpuMetricsDown"}
 PRUNER = os.path.join(ROOT, "roles", "kvcache_prune", "files", "kvcache_prune.py")
 
 
