@@ -42,19 +42,22 @@ def fleet_value(hvars, key):
     return fleet_defaults().get(key) if value is None else value
 
 
+def fleet_flag(host, hvars, key):
+    """A fleet boolean (the host's value, else roles/kvcache's default; unset is false)."""
+    value = fleet_value(hvars, key)
+    try:
+        return boolean(value, strict=True) if value is not None else False
+    except TypeError:
+        raise ValueError("host %s: %s is %r, not a boolean. Fix: set %s to true or false." % (host, key, value, key))
+
+
 def lmcache_mode(host, hvars, fallback=None):
     """The node's LMCache mode: its kvcache_lmcache_mode, else roles/kvcache's derivation (inprocess
     for the GDS tier, kvcache_fs_gds, else multiprocess). fallback, when given, replaces the
     derivation's multiprocess for a node that sets neither (a caller's own default)."""
     mode = host_value(hvars, "kvcache_lmcache_mode")
     if mode is None:
-        gds = fleet_value(hvars, "kvcache_fs_gds")
-        try:
-            gds = boolean(gds, strict=True) if gds is not None else False
-        except TypeError:
-            raise ValueError("host %s: kvcache_fs_gds is %r, not a boolean. Fix: set kvcache_fs_gds to true or false."
-                             % (host, gds))
-        mode = "inprocess" if gds else (fallback or "multiprocess")
+        mode = "inprocess" if fleet_flag(host, hvars, "kvcache_fs_gds") else (fallback or "multiprocess")
     if mode not in LMCACHE_MODES:
         raise ValueError("host %s: kvcache_lmcache_mode is %r. Fix: set kvcache_lmcache_mode to one of %s."
                          % (host, mode, ", ".join(LMCACHE_MODES)))
@@ -64,13 +67,7 @@ def lmcache_mode(host, hvars, fallback=None):
 def dcgm_exporter_port(host, hvars):
     """The port of the node's DCGM exporter (kvcache_dcgm_exporter, kvcache_dcgm_exporter_port, fleet
     defaults), or None when the fleet runs none."""
-    enabled = fleet_value(hvars, "kvcache_dcgm_exporter")
-    try:
-        enabled = boolean(enabled, strict=True) if enabled is not None else False
-    except TypeError:
-        raise ValueError("host %s: kvcache_dcgm_exporter is %r, not a boolean. Fix: set it to true or false."
-                         % (host, enabled))
-    if not enabled:
+    if not fleet_flag(host, hvars, "kvcache_dcgm_exporter"):
         return None
     port = fleet_value(hvars, "kvcache_dcgm_exporter_port")
     try:
