@@ -137,13 +137,16 @@ class OntapDouble:
         svm_name = svm_name or self.svms[0]["name"]
         return next(v for v in self.volumes if v["svm"]["name"] == svm_name and v.get("is_svm_root"))
 
-    def policy(self, name, svm_name=None):
+    def _named(self, records, name, svm_name=None):
+        """The record of that name in the SVM (the first SVM by default), else None."""
         svm_name = svm_name or self.svms[0]["name"]
-        return next((p for p in self.policies if p["name"] == name and p["svm"]["name"] == svm_name), None)
+        return next((r for r in records if r["name"] == name and r["svm"]["name"] == svm_name), None)
+
+    def policy(self, name, svm_name=None):
+        return self._named(self.policies, name, svm_name)
 
     def volume(self, name, svm_name=None):
-        svm_name = svm_name or self.svms[0]["name"]
-        return next((v for v in self.volumes if v["name"] == name and v["svm"]["name"] == svm_name), None)
+        return self._named(self.volumes, name, svm_name)
 
     def nfs_service(self, svm_name=None):
         svm_name = svm_name or self.svms[0]["name"]
@@ -156,16 +159,13 @@ class OntapDouble:
         return next(i for i in self.krb_interfaces if i["interface"]["name"] == name)
 
     def realm(self, name, svm_name=None):
-        svm_name = svm_name or self.svms[0]["name"]
-        return next((r for r in self.realms if r["name"] == name and r["svm"]["name"] == svm_name), None)
+        return self._named(self.realms, name, svm_name)
 
     def unix_user(self, name, svm_name=None):
-        svm_name = svm_name or self.svms[0]["name"]
-        return next((u for u in self.unix_users if u["name"] == name and u["svm"]["name"] == svm_name), None)
+        return self._named(self.unix_users, name, svm_name)
 
     def unix_group(self, name, svm_name=None):
-        svm_name = svm_name or self.svms[0]["name"]
-        return next((g for g in self.unix_groups if g["name"] == name and g["svm"]["name"] == svm_name), None)
+        return self._named(self.unix_groups, name, svm_name)
 
     def _aggregate(self, name):
         return next((a for a in self.aggregates if a["name"] == name), None)
@@ -465,9 +465,7 @@ class OntapDouble:
         merge(record, changes)
 
     def _create_rules(self, body, policy):
-        for required in ("clients", "ro_rule", "rw_rule"):
-            if not body.get(required):
-                raise OntapError(400, 'Missing value for field "%s".' % required, 262195, required)
+        _require(body, "clients", "ro_rule", "rw_rule")
         rules = self.rules[policy["id"]]
         # ONTAP's defaults for what the POST leaves out.
         rule = {"anonymous_user": "65534", "superuser": ["none"], "allow_suid": True, "protocols": ["any"],
@@ -493,9 +491,7 @@ class OntapDouble:
     # -- NFS Kerberos and the UNIX users a principal maps to ------------------------------------
     def _create_realms(self, body):
         svm = self._svm_from(body)
-        for required in ("name", "kdc.ip", "kdc.vendor"):
-            if lookup(body, required) in (None, ""):
-                raise OntapError(400, 'Missing value for field "%s".' % required, 262195, required)
+        _require(body, "name", "kdc.ip", "kdc.vendor")
         if self.realm(body["name"], svm["name"]):
             raise OntapError(409, 'Kerberos realm "%s" already exists for SVM "%s".' % (body["name"], svm["name"]),
                              3276810, "name")
@@ -535,9 +531,7 @@ class OntapDouble:
 
     def _create_unix_users(self, body):
         svm = self._svm_from(body)
-        for required in ("name", "id", "primary_gid"):
-            if body.get(required) in (None, ""):
-                raise OntapError(400, 'Missing value for field "%s".' % required, 262195, required)
+        _require(body, "name", "id", "primary_gid")
         if self.unix_user(body["name"], svm["name"]):
             raise OntapError(409, 'UNIX user "%s" already exists.' % body["name"], 23724042, "name")
         body.pop("skip_name_validation", None)
@@ -547,9 +541,7 @@ class OntapDouble:
 
     def _create_unix_groups(self, body):
         svm = self._svm_from(body)
-        for required in ("name", "id"):
-            if body.get(required) in (None, ""):
-                raise OntapError(400, 'Missing value for field "%s".' % required, 262195, required)
+        _require(body, "name", "id")
         if self.unix_group(body["name"], svm["name"]):
             raise OntapError(409, 'UNIX group "%s" already exists.' % body["name"], 23724042, "name")
         body.pop("skip_name_validation", None)
@@ -571,6 +563,13 @@ class OntapDouble:
 
     def stop(self):
         self.server.stop()
+
+
+def _require(body, *fields):
+    """ONTAP's refusal of a POST that leaves out a required field (dotted names look inside)."""
+    for field in fields:
+        if lookup(body, field) in (None, "", []):
+            raise OntapError(400, 'Missing value for field "%s".' % field, 262195, field)
 
 
 def ontap_schema_check(schema, body, mode, gate):
