@@ -144,3 +144,14 @@ def test_root_on_the_nodes_needs_nothing_from_the_tier():
     assert chmod["ansible.builtin.command"]["argv"][:4] == ["runuser", "-u", "{{ kvcache_mount_owner }}", "--"]
     chown = next(t for t in tasks if t["name"].startswith("Give the cache directory to the service user"))
     assert any("stat.uid !=" in condition for condition in chown["when"])
+
+
+@pytest.mark.parametrize("security, proto, packages", [
+    ("sys", "rdma", ["nfs-common", "rdma-core"]),
+    ("krb5p", "tcp", ["nfs-common", "krb5-user", "gssproxy"]),
+])
+def test_the_nfs_path_installs_the_kerberos_client_with_the_nfs_client(security, proto, packages):
+    """One package run on the node (tasks/nfs.yml) brings what the Kerberos tasks need."""
+    got = render("{{ __kvcache_mount_client_packages }}", FLEET, MOUNT, "roles/kvcache_mount/vars/main.yml",
+                 "roles/kvcache_mount/vars/Debian.yml", kvcache_nfs_security=security, kvcache_mount_proto=proto)
+    assert got == packages
