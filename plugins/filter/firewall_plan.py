@@ -24,6 +24,8 @@ description:
     one per TP rank) from the router hosts. The LMCache server's own ports stay on loopback - no rule.
     With C(kvcache_dcgm_exporter) (the fleet default, on), C(dcgm_exporter), C(kvcache_dcgm_exporter_port)
     (NVIDIA's DCGM exporter, GPU metrics) from the monitoring hosts and the controller.
+    With C(kvcache_metrics_proxy) (the fleet default, on), C(metrics_proxy), C(kvcache_metrics_proxy_port)
+    (the node-local metrics proxy, for the LMCache server's and the pruner's metrics) from the same hosts.
   - A router host - C(router_client), C(router_port) from the client sources (anywhere by
     default); C(router_metrics), C(router_metrics_port) (when it is not C(router_port)) from the monitoring
     hosts, the controller and C(router_metrics_allowed_sources), unless C(router_metrics_host) is a
@@ -122,7 +124,11 @@ except ImportError:  # pragma: no cover
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvcache.offload.plugins.module_utils.node_plan import dcgm_exporter_port, lmcache_mode
+from ansible_collections.kvcache.offload.plugins.module_utils.node_plan import (
+    dcgm_exporter_port,
+    lmcache_mode,
+    metrics_proxy_port,
+)
 from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
     InstancesError,
     effective_instances,
@@ -413,8 +419,14 @@ def firewall_plan(hostvars, host, groups, settings):
             raise AnsibleFilterError("firewall_plan: %s" % error)
         try:
             dcgm = dcgm_exporter_port(host, hvars)
+            proxy = metrics_proxy_port(host, hvars)
         except ValueError as error:
             raise AnsibleFilterError("firewall_plan: %s" % error)
+        if proxy is not None:
+            rules.append(_rule("metrics_proxy", "tcp", [_port(host, "kvcache_metrics_proxy_port", proxy)],
+                               fleet(monitoring) + controller,
+                               _who([("monitoring hosts", named(monitoring)), controller_who]),
+                               "node-local metrics proxy (LMCache server, pruner)"))
         if dcgm is not None:
             rules.append(_rule("dcgm_exporter", "tcp", [_port(host, "kvcache_dcgm_exporter_port", dcgm)],
                                fleet(monitoring) + controller,

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 name: scrape_targets
-short_description: Prometheus file_sd target groups for vLLM instances, LMCache MP servers, the router or GPU metrics
+short_description: Prometheus file_sd target groups for vLLM instances, LMCache MP servers, the router, GPU or pruner metrics
 version_added: 0.1.0
 description:
   - Walks the hosts given, in inventory order, and returns one Prometheus file_sd target group
@@ -37,6 +37,14 @@ description:
   - C(dcgm) gives NVIDIA's DCGM exporter of every host (GPU metrics) when C(kvcache_dcgm_exporter) is true (the
     host's, else roles/kvcache's default), at C(kvcache_dcgm_exporter_port) on the host's
     C(nvidia_driver_dcgm_exporter_address), else its C(ansible_host) (the internal address the exporter binds to).
+  - With the node-local metrics proxy (C(kvcache_metrics_proxy), the fleet default, on; role kvcache_metrics_proxy),
+    a loopback-bound C(lmcache_mp) server is scraped through it instead, at C(kvcache_metrics_proxy_port) on the
+    node's C(kvcache_metrics_proxy_address), else its C(ansible_host), with the labels C(__metrics_path__=/proxy) and
+    C(__param_module=lmcache) (Prometheus takes the path and the URL's parameters from them).
+  - C(prune) gives the fs tier's pruner metrics (its metrics file) through the same proxy (C(module=kvcache_prune))
+    on every host that prunes, by the kvcache_prune role's rule (the fs tier; C(kvcache_prune_scope) all, or the host
+    first in C(kvcache_prune_fleet_group)); none without the proxy (node_exporter's textfile collector reads the file
+    then).
   - A variable a host does not define is taken from I(defaults) (the roles' defaults are not in
     C(hostvars) unless the role ran in the same play). IPv6 addresses are put in brackets.
   - Labels on every group - C(kvcache_component), C(kvcache_node) (inventory name) and
@@ -57,7 +65,7 @@ options:
     description: Which component's targets to return.
     type: str
     required: true
-    choices: [vllm, lmcache_mp, router, dcgm]
+    choices: [vllm, lmcache_mp, router, dcgm, prune]
   defaults:
     description:
       - Values for variables a host does not define, for example C(lmcache_mp_http_port=8080),
@@ -109,13 +117,18 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvcache.offload.plugins.module_utils.node_plan import dcgm_exporter_port, lmcache_mode
+from ansible_collections.kvcache.offload.plugins.module_utils.node_plan import (
+    dcgm_exporter_port,
+    lmcache_mode,
+    metrics_proxy_port,
+    prune_active,
+)
 from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
     InstancesError,
     effective_instances,
 )
 
-COMPONENTS = ("vllm", "lmcache_mp", "router", "dcgm")
+COMPONENTS = ("vllm", "lmcache_mp", "router", "dcgm", "prune")
 LOOPBACK = ("skip", "keep", "fail")
 _WILDCARDS = ("", "0.0.0.0", "::", "[::]", "*")
 
@@ -193,6 +206,9 @@ def _lmcache_mp(host, hvars, defaults, loopback):
     if bind in _WILDCARDS:
         address = _lookup(hvars, "ansible_host", {}) or host
     elif _is_loopback(bind):
+        proxied = _proxied(host, hvars, "lmcache", "lmcache_mp", "%s-lmcache" % host)
+        if proxied:
+            return proxied
         if loopback == "skip":
             return []
         if loopback == "fail":
@@ -231,6 +247,26 @@ def _dcgm(host, hvars):
     return [_group(host, address, port, "dcgm", "%s-gpus" % host)]
 
 
+def _proxied(host, hvars, module, component, instance):
+    """The node's metrics proxy serving one module (/proxy?module=<module>), or [] when the fleet runs none.
+    Prometheus takes __metrics_path__ and __param_<name> from a target's labels."""
+    try:
+        port = metrics_proxy_port(host, hvars)
+    except ValueError as error:
+        raise AnsibleFilterError("scrape_targets: %s" % error)
+    if port is None:
+        return []
+    address = _lookup(hvars, "kvcache_metrics_proxy_address", {}) or _lookup(hvars, "ansible_host", {}) or host
+    return [_group(host, address, port, component, instance, {"__metrics_path__": "/proxy", "__param_module": module})]
+
+
+def _prune(host, hvars):
+    # The pruner's metrics file, on the node that prunes (kvcache_prune's rule), through the node's proxy.
+    if not prune_active(host, hvars):
+        return []
+    return _proxied(host, hvars, "kvcache_prune", "prune", "%s-prune" % host)
+
+
 def scrape_targets(hostvars, hosts, component, defaults=None, loopback="skip"):
     """Return file_sd target groups for one component on the given hosts."""
     if component not in COMPONENTS:
@@ -255,6 +291,8 @@ def scrape_targets(hostvars, hosts, component, defaults=None, loopback="skip"):
             found = _lmcache_mp(host, hvars, defaults, loopback)
         elif component == "dcgm":
             found = _dcgm(host, hvars)
+        elif component == "prune":
+            found = _prune(host, hvars)
         else:
             found = _router(host, hvars, defaults)
         for group in found:

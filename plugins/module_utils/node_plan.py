@@ -22,8 +22,8 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import host_value
 
-KVCACHE_DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
-                                "roles", "kvcache", "defaults", "main.yml")
+ROLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "roles")
+KVCACHE_DEFAULTS = os.path.join(ROLES, "kvcache", "defaults", "main.yml")
 LMCACHE_MODES = ("multiprocess", "inprocess")
 
 
@@ -34,6 +34,11 @@ def fleet_defaults(path=KVCACHE_DEFAULTS):
     with open(path, encoding="utf-8") as handle:
         data = yaml.safe_load(handle) or {}
     return {key: value for key, value in data.items() if not (isinstance(value, str) and "{{" in value)}
+
+
+def role_defaults(role):
+    """Another role's literal defaults, read from its defaults file the same way."""
+    return fleet_defaults(os.path.join(ROLES, role, "defaults", "main.yml"))
 
 
 def fleet_value(hvars, key):
@@ -64,17 +69,45 @@ def lmcache_mode(host, hvars, fallback=None):
     return mode
 
 
-def dcgm_exporter_port(host, hvars):
-    """The port of the node's DCGM exporter (kvcache_dcgm_exporter, kvcache_dcgm_exporter_port, fleet
-    defaults), or None when the fleet runs none."""
-    if not fleet_flag(host, hvars, "kvcache_dcgm_exporter"):
+def _fleet_port(host, hvars, flag, key):
+    """The port of a node service a fleet boolean turns on, or None when it is off."""
+    if not fleet_flag(host, hvars, flag):
         return None
-    port = fleet_value(hvars, "kvcache_dcgm_exporter_port")
+    port = fleet_value(hvars, key)
     try:
         number = int(port)
     except (TypeError, ValueError):
         number = 0
     if isinstance(port, bool) or not 1 <= number <= 65535:
-        raise ValueError("host %s: kvcache_dcgm_exporter_port is %r. Fix: set it to a port 1-65535."
-                         % (host, port))
+        raise ValueError("host %s: %s is %r. Fix: set it to a port 1-65535." % (host, key, port))
     return number
+
+
+def dcgm_exporter_port(host, hvars):
+    """The port of the node's DCGM exporter (kvcache_dcgm_exporter, kvcache_dcgm_exporter_port, fleet
+    defaults), or None when the fleet runs none."""
+    return _fleet_port(host, hvars, "kvcache_dcgm_exporter", "kvcache_dcgm_exporter_port")
+
+
+def metrics_proxy_port(host, hvars):
+    """The port of the node's metrics proxy (kvcache_metrics_proxy, kvcache_metrics_proxy_port, fleet
+    defaults), or None when the fleet runs none."""
+    return _fleet_port(host, hvars, "kvcache_metrics_proxy", "kvcache_metrics_proxy_port")
+
+
+def prune_active(host, hvars):
+    """Whether the node runs the fs tier's pruner, by roles/kvcache_prune's rule (vars/main.yml): the fs
+    tier, and kvcache_prune_scope all, or the node first in kvcache_prune_fleet_group (or that group
+    empty); what the host does not set comes from kvcache_prune's defaults."""
+    prune_defaults = role_defaults("kvcache_prune")
+    if fleet_value(hvars, "kvcache_tier") != "fs":
+        return False
+    scope = host_value(hvars, "kvcache_prune_scope") or prune_defaults.get("kvcache_prune_scope", "first")
+    if scope == "all":
+        return True
+    group = host_value(hvars, "kvcache_prune_fleet_group") or prune_defaults.get("kvcache_prune_fleet_group", "kvcache_nodes")
+    try:
+        members = list((hvars.get("groups") or {}).get(group) or [])
+    except Exception:  # pylint: disable=broad-except
+        members = []
+    return not members or members[0] == host

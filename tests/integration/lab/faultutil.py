@@ -32,10 +32,12 @@ def ansible_env():
     return env
 
 
-def nodes_stage(*extra, serial=1, timeout=CONVERGE_TIMEOUT):
+def nodes_stage(*extra, serial=1, timeout=CONVERGE_TIMEOUT, limit=None):
     """playbooks/nodes.yml on the lab with extra vars `extra` ("name=value"), vllm_rolling_serial
-    nodes at a time (its rolling restart); the finished process."""
+    nodes at a time (its rolling restart), on the hosts `limit` names (all by default); the finished process."""
     args = ["ansible-playbook", "playbooks/nodes.yml", "-e", "vllm_rolling_serial=%d" % serial]
+    if limit:
+        args += ["--limit", limit]
     return subprocess.run(args + [a for e in extra for a in ("-e", e)], cwd=ROOT, env=ansible_env(),
                           capture_output=True, text=True, timeout=timeout, check=False)
 

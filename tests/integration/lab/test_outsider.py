@@ -284,7 +284,8 @@ def test_the_listener_table_holds_what_the_lab_listens_on(inventory, listeners):
     rows = _doc_listener_rows()
     unknown, wrong_bind = [], []
     for host, found in listeners.items():
-        groups = [g for g in ("kvcache_nodes", "kvcache_router", "kvcache_s3_store") if host in group_hosts(inventory, g)]
+        groups = [g for g in ("kvcache_nodes", "kvcache_router", "kvcache_s3_store", "kvcache_monitoring")
+                  if host in group_hosts(inventory, g)]
         for addr, port in sorted(found):
             if addr == "127.0.0.11":
                 continue  # docker's embedded DNS inside every container (not a lab host's listener)

@@ -155,7 +155,8 @@ def test_the_roles_with_checks():
     # The eleven roles that had tasks/validate.yml, gds and observability; a new role with input checks
     # joins the list.
     assert roles_with_checks() == {
-        "container_runtime", "gds", "inference_env", "kvcache_firewall", "kvcache_mount", "kvcache_prune", "lmcache", "nvidia_driver",
+        "container_runtime", "gds", "inference_env", "kvcache_firewall", "kvcache_metrics_proxy", "kvcache_mount", "kvcache_prune",
+        "lmcache", "nvidia_driver",
         "observability", "ontap_nfs", "router", "s3_store", "storagegrid_s3", "vllm"}
 
 

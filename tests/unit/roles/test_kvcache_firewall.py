@@ -58,8 +58,10 @@ def rules(plan):
 def test_a_node_admits_its_engines_from_router_monitoring_and_controller_only():
     plan = firewall_plan(hostvars(), "node1", GROUPS, SETTINGS)
     got = rules(plan)
-    assert sorted(got) == ["dcgm_exporter", "engines", "ssh"]
+    assert sorted(got) == ["dcgm_exporter", "engines", "metrics_proxy", "ssh"]
     assert got["engines"]["ports"] == ["8000", "8001"]
+    # the node-local metrics proxy: the monitoring hosts (localhost: the controller) and the controller only
+    assert got["metrics_proxy"]["ports"] == ["9999"] and got["metrics_proxy"]["v4"] == ["172.29.100.1"]
     assert got["engines"]["any"] is False
     assert got["engines"]["v4"] == ["172.29.100.1", "172.29.100.20"]
     assert "lab" not in got["engines"]["from"] and "router hosts (router)" in got["engines"]["from"]
@@ -103,7 +105,10 @@ def test_names_resolve_from_facts_and_ipv6_goes_to_its_own_set():
         'rule family="ipv6" source address="2001:db8::9" port port="8000" protocol="tcp" accept',
         # NVIDIA's DCGM exporter: the monitoring host and the controller only (not the router)
         'rule family="ipv4" source address="172.29.100.1" port port="9450" protocol="tcp" accept',
-        'rule family="ipv6" source address="2001:db8::9" port port="9450" protocol="tcp" accept'])
+        'rule family="ipv6" source address="2001:db8::9" port port="9450" protocol="tcp" accept',
+        # the node-local metrics proxy: the same two
+        'rule family="ipv4" source address="172.29.100.1" port port="9999" protocol="tcp" accept',
+        'rule family="ipv6" source address="2001:db8::9" port port="9999" protocol="tcp" accept'])
 
 
 def test_a_name_without_facts_is_unresolved_not_forgotten():
@@ -156,6 +161,24 @@ def test_the_dcgm_exporter_is_let_in_from_monitoring_and_controller_only():
     assert rules(firewall_plan(moved, "node1", GROUPS, SETTINGS))["dcgm_exporter"]["ports"] == ["9460"]
     with pytest.raises(AnsibleFilterError, match="kvcache_dcgm_exporter_port is 'x'. Fix"):
         firewall_plan(hostvars(node1={"kvcache_dcgm_exporter_port": "x"}), "node1", GROUPS, SETTINGS)
+
+
+def test_the_metrics_proxy_is_let_in_from_monitoring_and_controller_only():
+    """Issue #37 item 1: the node-local metrics proxy (kvcache_metrics_proxy_port, roles/kvcache's 9999) on
+    every node, from the monitoring hosts and the controller; not from the router, not from anywhere. Off
+    with kvcache_metrics_proxy: false, moved with the port."""
+    hv = hostvars(mon={"ansible_host": "172.29.100.40"})
+    groups = dict(GROUPS, kvcache_monitoring=["mon"])
+    got = rules(firewall_plan(hv, "node2", groups, SETTINGS))["metrics_proxy"]
+    assert got["ports"] == ["9999"] and got["v4"] == ["172.29.100.1", "172.29.100.40"] and got["any"] is False
+    assert "monitoring hosts (mon)" in got["from"]
+    assert "metrics_proxy" not in rules(firewall_plan(hv, "router", groups, SETTINGS))
+    off = hostvars(node1={"kvcache_metrics_proxy": False})
+    assert "metrics_proxy" not in rules(firewall_plan(off, "node1", GROUPS, SETTINGS))
+    moved = hostvars(node1={"kvcache_metrics_proxy_port": 9998})
+    assert rules(firewall_plan(moved, "node1", GROUPS, SETTINGS))["metrics_proxy"]["ports"] == ["9998"]
+    with pytest.raises(AnsibleFilterError, match="kvcache_metrics_proxy_port is 0. Fix"):
+        firewall_plan(hostvars(node1={"kvcache_metrics_proxy_port": 0}), "node1", GROUPS, SETTINGS)
 
 
 def test_extra_rules():
@@ -265,7 +288,10 @@ def test_the_node_ruleset_admits_the_engines_from_the_fleet_sets_only(rendered):
     # the DCGM exporter's port from the monitoring hosts and the controller (v4 and v6 sets)
     assert "tcp dport { 9450 } ip saddr @dcgm_exporter_v4 accept" in text
     assert "tcp dport { 9450 } ip6 saddr @dcgm_exporter_v6 accept" in text
-    assert len(accepts) == 11, accepts
+    # the node-local metrics proxy's port from the same hosts
+    assert "tcp dport { 9999 } ip saddr @metrics_proxy_v4 accept" in text
+    assert "tcp dport { 9999 } ip6 saddr @metrics_proxy_v6 accept" in text
+    assert len(accepts) == 13, accepts
 
 
 def test_the_router_ruleset(rendered):

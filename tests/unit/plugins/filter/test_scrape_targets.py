@@ -73,15 +73,55 @@ def test_vllm_without_ansible_host_uses_the_inventory_name():
 
 def test_lmcache_mp_internal_wildcard_and_loopback_binds():
     hosts = ["gpu1", "gpu2", "gpu3", "gpu4"]
-    got = scrape_targets(HOSTVARS, hosts, "lmcache_mp", DEFAULTS)
+    hostvars = {host: dict(values, kvcache_metrics_proxy=False) for host, values in HOSTVARS.items()}
+    got = scrape_targets(hostvars, hosts, "lmcache_mp", DEFAULTS)
     assert got == [
         {"targets": ["10.1.0.11:8080"], "labels": labels("lmcache_mp", "gpu1", "gpu1-lmcache")},
         {"targets": ["10.0.0.12:9090"], "labels": labels("lmcache_mp", "gpu2", "gpu2-lmcache")},
     ]  # gpu3 binds to loopback (skipped by default), gpu4 runs LMCache in-process
-    kept = scrape_targets(HOSTVARS, hosts, "lmcache_mp", DEFAULTS, loopback="keep")
+    kept = scrape_targets(hostvars, hosts, "lmcache_mp", DEFAULTS, loopback="keep")
     assert kept[-1] == {"targets": ["127.0.0.1:8080"], "labels": labels("lmcache_mp", "gpu3", "gpu3-lmcache")}
     with pytest.raises(AnsibleFilterError, match=r"host gpu3: .*bound to 127.0.0.1.*Fix: set lmcache_mp_http_host"):
-        scrape_targets(HOSTVARS, hosts, "lmcache_mp", DEFAULTS, loopback="fail")
+        scrape_targets(hostvars, hosts, "lmcache_mp", DEFAULTS, loopback="fail")
+
+
+PROXY = {"__metrics_path__": "/proxy"}
+
+
+def test_a_loopback_server_is_scraped_through_the_nodes_metrics_proxy():
+    """Issue #37 item 1: with the metrics proxy (roles/kvcache's default), a loopback-bound server is a
+    target on the node's proxy with module=lmcache, whatever `loopback` says; a server bound to an
+    address is scraped there directly."""
+    hosts = ["gpu1", "gpu2", "gpu3", "gpu4"]
+    for loopback in ("skip", "keep", "fail"):
+        got = scrape_targets(HOSTVARS, hosts, "lmcache_mp", DEFAULTS, loopback=loopback)
+        assert got[2] == {"targets": ["[fd00::13]:9999"],
+                          "labels": labels("lmcache_mp", "gpu3", "gpu3-lmcache", __param_module="lmcache", **PROXY)}
+        assert [g["targets"] for g in got[:2]] == [["10.1.0.11:8080"], ["10.0.0.12:9090"]] and len(got) == 3
+    hv = {"n1": {"ansible_host": "n1.example", "kvcache_metrics_proxy_address": "10.2.0.1",
+                 "kvcache_metrics_proxy_port": "9998", "kvcache_lmcache_mode": "multiprocess"}}
+    assert scrape_targets(hv, ["n1"], "lmcache_mp", DEFAULTS)[0]["targets"] == ["10.2.0.1:9998"]
+    with pytest.raises(AnsibleFilterError, match="host n1: kvcache_metrics_proxy_port is 'x'. Fix"):
+        scrape_targets({"n1": dict(hv["n1"], kvcache_metrics_proxy_port="x")}, ["n1"], "lmcache_mp", DEFAULTS)
+
+
+def test_the_pruner_is_scraped_on_the_node_that_prunes():
+    """The pruner's metrics (kvcache_prune's metrics file) through the proxy, module=kvcache_prune, on the
+    node kvcache_prune's rule picks: the first of kvcache_prune_fleet_group, every node with scope all;
+    none on the s3 tier or without the proxy."""
+    groups = {"kvcache_nodes": ["n1", "n2"], "gpu_a": ["n2"]}
+    hv = {name: {"ansible_host": address, "groups": groups} for name, address in (("n1", "10.0.0.1"), ("n2", "10.0.0.2"))}
+    got = scrape_targets(hv, ["n1", "n2"], "prune")
+    assert got == [{"targets": ["10.0.0.1:9999"],
+                    "labels": labels("prune", "n1", "n1-prune", __param_module="kvcache_prune", **PROXY)}]
+    every = {h: dict(v, kvcache_prune_scope="all") for h, v in hv.items()}
+    assert [g["targets"] for g in scrape_targets(every, ["n1", "n2"], "prune")] == [["10.0.0.1:9999"], ["10.0.0.2:9999"]]
+    other = {h: dict(v, kvcache_prune_fleet_group="gpu_a") for h, v in hv.items()}
+    assert [g["labels"]["kvcache_node"] for g in scrape_targets(other, ["n1", "n2"], "prune")] == ["n2"]
+    s3 = {h: dict(v, kvcache_tier="s3") for h, v in hv.items()}
+    assert scrape_targets(s3, ["n1", "n2"], "prune") == []
+    off = {h: dict(v, kvcache_metrics_proxy=False) for h, v in hv.items()}
+    assert scrape_targets(off, ["n1", "n2"], "prune") == []
 
 
 def test_lmcache_mode_per_host_overrides_the_fleet_value():
