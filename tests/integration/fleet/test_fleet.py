@@ -114,6 +114,9 @@ def test_lmcache_server_sized_from_the_nodes_instances(phase, tp, node):
         model = json.load(handle)
     assert kv_sizing.kv_chunk_size(model, "fs", None, tp) == {1: 256, 2: 512}[tp]
     assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("--http-host") + 1] == "127.0.0.1", args
+    # Object names the fleet's hash seed makes (vLLM's sha256_cbor from a seeded NONE_HASH), not LMCache 0.5.6's
+    # default blake3, which starts every chain from a constant whatever PYTHONHASHSEED is.
+    assert args[args.index("--hash-algorithm") + 1] == "sha256_cbor", args
 
 
 @pytest.mark.parametrize("phase", [p for p, _tp in PHASES])
