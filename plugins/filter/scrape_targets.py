@@ -43,8 +43,8 @@ description:
     C(__param_module=lmcache) (Prometheus takes the path and the URL's parameters from them).
   - C(prune) gives the fs tier's pruner metrics (its metrics file) through the same proxy (C(module=kvcache_prune))
     on every host that prunes, by the kvcache_prune role's rule (the fs tier; C(kvcache_prune_scope) all, or the host
-    first in C(kvcache_prune_fleet_group)); none without the proxy (node_exporter's textfile collector reads the file
-    then).
+    first in C(kvcache_prune_fleet_group)); none where C(kvcache_prune_metrics_file) is set empty, and none without the
+    proxy (node_exporter's textfile collector reads the file then).
   - A variable a host does not define is taken from I(defaults) (the roles' defaults are not in
     C(hostvars) unless the role ran in the same play). IPv6 addresses are put in brackets.
   - Labels on every group - C(kvcache_component), C(kvcache_node) (inventory name) and
@@ -261,7 +261,14 @@ def _proxied(host, hvars, module, component, instance):
 
 
 def _prune(host, hvars):
-    # The pruner's metrics file, on the node that prunes (kvcache_prune's rule), through the node's proxy.
+    # The pruner's metrics file, on the node that prunes (kvcache_prune's rule), through the node's proxy;
+    # none when the node writes no metrics file (kvcache_prune_metrics_file set empty: no module either).
+    try:
+        metrics_file = hvars.get("kvcache_prune_metrics_file")
+    except Exception:  # pylint: disable=broad-except
+        metrics_file = None
+    if metrics_file is not None and str(metrics_file).strip() == "":
+        return []
     if not prune_active(host, hvars):
         return []
     return _proxied(host, hvars, "kvcache_prune", "prune", "%s-prune" % host)

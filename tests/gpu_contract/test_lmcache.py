@@ -137,6 +137,9 @@ def test_server_arguments_parse(point):
 
     inputs = point_inputs(point)
     assert mp.chunk_size == inputs["kvcache_chunk_size"], where
+    # The fleet's hash seed names the objects: vLLM's sha256_cbor from a NONE_HASH it makes from
+    # PYTHONHASHSEED, not LMCache 0.5.6's default blake3 (a constant start; docs/roles/lmcache.md).
+    assert mp.hash_algorithm == "sha256_cbor", "%s: --hash-algorithm %s" % (where, mp.hash_algorithm)
     # Sized from the node's instances (issue #21 item 3): one store/retrieve thread per LMCache
     # worker (TP rank), and the node's whole RAM share as L1 (not a per-worker share).
     assert mp.max_gpu_workers == inputs["lmcache_workers_per_node"] == sum(
@@ -167,3 +170,34 @@ def test_server_arguments_parse(point):
     # machine without a GPU (l1-use-lazy needs it) is expected here.
     unexpected = [r.getMessage() for r in records if "memory pinning" not in r.getMessage()]
     assert not unexpected, "%s: LMCache warned: %s" % (where, unexpected)
+
+
+_NONE_HASHES = (
+    "import json\n"
+    "from lmcache.v1.multiprocess.token_hasher import TokenHasher\n"
+    "def h(algorithm):\n"
+    "    value = TokenHasher(256, algorithm).none_hash\n"
+    "    return value.hex() if isinstance(value, bytes) else str(value)\n"
+    "print(json.dumps({'rendered': h(%r), 'blake3': h('blake3')}))\n")
+
+
+def test_the_rendered_hash_algorithm_is_seeded_by_the_fleets_hash_seed():
+    """The multiprocess server's object names start from its TokenHasher's NONE_HASH. With the
+    rendered --hash-algorithm (sha256_cbor) the CUDA builds take it from vLLM's init_none_hash, which
+    PYTHONHASHSEED (kvcache_hash_seed) makes: two seeds, two starts. LMCache's own default, blake3,
+    gives the same start under both seeds (what the role's choice avoids). Two server-like processes
+    under two seeds (about 25 s: each imports vLLM)."""
+    import subprocess
+    import sys
+
+    point = MULTIPROCESS[0]
+    argv = server_argv(point)
+    algorithm = argv[argv.index("--hash-algorithm") + 1]
+    starts = []
+    for seed in ("1357913579", "2468024680"):
+        out = subprocess.run([sys.executable, "-c", _NONE_HASHES % algorithm], capture_output=True, text=True,
+                             timeout=300, env=dict(os.environ, PYTHONHASHSEED=seed), check=True).stdout
+        starts.append(json.loads(out.strip().splitlines()[-1]))
+    assert starts[0]["rendered"] != starts[1]["rendered"], "%s: --hash-algorithm %s ignores PYTHONHASHSEED: %s" % (
+        point, algorithm, starts)
+    assert starts[0]["blake3"] == starts[1]["blake3"], starts

@@ -74,7 +74,7 @@ def assert_refused(result, *fragments):
 def test_the_lab_inventory_passes_preflight_as_shipped(preflight):
     rc, out, recaps = preflight()
     assert rc == 0, out[-3000:]
-    assert set(recaps) == {"lab-node1", "lab-node2", "lab-router", "lab-s3", "localhost"}
+    assert set(recaps) == {"lab-monitor", "lab-node1", "lab-node2", "lab-router", "lab-s3", "localhost"}
     assert all(r["failed"] == 0 and r["changed"] == 0 for r in recaps.values()), recaps
 
 

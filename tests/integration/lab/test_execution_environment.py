@@ -234,7 +234,7 @@ def test_lab_site_from_the_ee_succeeds(ee_site):
     assert first["runner"].status == "successful" and first["runner"].rc == 0, (
         _failed(first["events"]) or _stdout_tail(first["artifact_dir"], ee_site["secrets"]))
     stats = _stats(first["events"])
-    assert {"lab-node1", "lab-node2", "lab-router", "lab-s3", "localhost"} <= set(stats["ok"]), stats["ok"]
+    assert {"lab-monitor", "lab-node1", "lab-node2", "lab-router", "lab-s3", "localhost"} <= set(stats["ok"]), stats["ok"]
     plays = [e["event_data"]["play"] for e in first["events"] if e.get("event") == "playbook_on_play_start"]
     assert plays and plays[-1] == "Validate the cache tiers", plays
     # The lab's hosts were reached over the docker socket with the docker_api connection: the

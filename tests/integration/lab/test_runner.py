@@ -79,7 +79,7 @@ def test_event_stream_says_nothing_failed_and_nothing_changed(site):
     stats = _events(site, "playbook_on_stats")
     assert len(stats) == 1, "one playbook_on_stats event expected"
     data = stats[0]["event_data"]
-    lab_hosts = {"lab-node1", "lab-node2", "lab-router", "lab-s3", "localhost"}
+    lab_hosts = {"lab-monitor", "lab-node1", "lab-node2", "lab-router", "lab-s3", "localhost"}
     assert lab_hosts <= set(data["ok"]), data["ok"]
     assert data["failures"] == {}, runnerjob.failed_tasks(site)
     assert data["dark"] == {}, runnerjob.failed_tasks(site)

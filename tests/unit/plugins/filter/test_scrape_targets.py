@@ -122,6 +122,8 @@ def test_the_pruner_is_scraped_on_the_node_that_prunes():
     assert scrape_targets(s3, ["n1", "n2"], "prune") == []
     off = {h: dict(v, kvcache_metrics_proxy=False) for h, v in hv.items()}
     assert scrape_targets(off, ["n1", "n2"], "prune") == []
+    no_file = {h: dict(v, kvcache_prune_metrics_file="") for h, v in hv.items()}
+    assert scrape_targets(no_file, ["n1", "n2"], "prune") == []
 
 
 def test_lmcache_mode_per_host_overrides_the_fleet_value():
