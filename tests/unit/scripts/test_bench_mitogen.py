@@ -95,9 +95,16 @@ def test_the_lab_variant_inventory_keeps_the_addresses():
     with open(os.path.join(ROOT, "inventories", "lab", "hosts.yml"), encoding="utf-8") as handle:
         lab = yaml.safe_load(handle)
     lab_group = variant["all"]["children"]["kvcache_lab"]
-    lab_hosts = {}
-    for group in ("kvcache_nodes", "kvcache_router", "kvcache_s3_store"):
-        lab_hosts.update(lab["all"]["children"][group]["hosts"])
+    groups = lab["all"]["children"]
+    # every host's settings, wherever the lab inventory writes them (lab-monitor's are in kvcache_monitoring)
+    defined = {}
+    for group in groups.values():
+        for name, settings in (group.get("hosts") or {}).items():
+            defined.setdefault(name, {}).update(settings or {})
+    members = set(groups["kvcache_lab"].get("hosts") or {})
+    for child in groups["kvcache_lab"]["children"]:
+        members |= set(groups[child]["hosts"])
+    lab_hosts = {name: defined[name] for name in members}
     assert set(lab_group["hosts"]) == set(lab_hosts)
     for name, settings in lab_group["hosts"].items():
         # Mitogen's docker connection by its short name, to the container the lab names; never
