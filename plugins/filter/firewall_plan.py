@@ -110,12 +110,9 @@ _value:
       elements: str
 """
 
-import functools
 import ipaddress
-import os
 from collections.abc import Mapping
 
-import yaml
 
 try:
     from urllib.parse import urlsplit
@@ -128,13 +125,13 @@ from ansible_collections.kvcache.offload.plugins.module_utils.node_plan import (
     dcgm_exporter_port,
     lmcache_mode,
     metrics_proxy_port,
+    role_defaults,
 )
 from ansible_collections.kvcache.offload.plugins.module_utils.vllm_instances import (
     InstancesError,
     effective_instances,
 )
 
-ROLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "roles")
 PROTOCOLS = ("tcp", "udp")
 GROUP_DEFAULTS = {
     "node_group": "kvcache_nodes",
@@ -144,18 +141,6 @@ GROUP_DEFAULTS = {
     "storage_controller_group": "kvcache_storage_controllers",
 }
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-
-
-@functools.lru_cache(maxsize=None)
-def _role_defaults(role):
-    """A role's literal defaults (templates left out): the owner's values, never typed again here."""
-    path = os.path.join(ROLES, role, "defaults", "main.yml")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
-    except (IOError, OSError):
-        return {}
-    return {key: value for key, value in data.items() if not (isinstance(value, str) and "{{" in value)}
 
 
 def _get(hvars, key, default=None):
@@ -170,7 +155,7 @@ def _get(hvars, key, default=None):
 
 def _router_settings(hostvars, host):
     """The router role's literal defaults overlaid with the host's router_* (kvcache.offload.router_settings)."""
-    settings = {k: v for k, v in _role_defaults("router").items() if k.startswith("router_")}
+    settings = {k: v for k, v in role_defaults("router").items() if k.startswith("router_")}
     try:
         hvars = hostvars[host]
     except KeyError:
@@ -434,7 +419,7 @@ def firewall_plan(hostvars, host, groups, settings):
                                "NVIDIA DCGM exporter (GPU metrics)"))
         if kvaware and ranks and mode == "inprocess":
             first = int(_get(hvars, "lmcache_controller_worker_port",
-                             _role_defaults("lmcache").get("lmcache_controller_worker_port", 9400)))
+                             role_defaults("lmcache").get("lmcache_controller_worker_port", 9400)))
             port = first if ranks == 1 else "%d-%d" % (first, first + ranks - 1)
             rules.append(_rule("lmcache_workers", "tcp", [_port(host, "lmcache_controller_worker_port", port)],
                                fleet(kvaware), _who([("router hosts", named(kvaware))]),
