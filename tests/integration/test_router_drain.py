@@ -4,7 +4,7 @@ playbooks/rolling_upgrade.yml), run by ansible-playbook on this machine against 
 vllm-router 0.1.17's worker API and of one vLLM instance, both on loopback.
 
 What the double keeps of the real router (the role's pinned vllm-router; the lab runs the real
-one: tests/integration/lab/test_mode_switch.py, test_rolling_upgrade.py): GET /list_workers
+one: tests/integration/lab/test_switches.py, test_rolling_upgrade.py): GET /list_workers
 answers {"urls": [...]}; POST /remove_worker?url= removes a listed worker (200) and answers 404
 for an unknown one; POST /add_worker?url= checks the worker's /health first and adds it only
 when that answers 200 (else 400). The instance double serves /health and a /metrics with

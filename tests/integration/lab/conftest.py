@@ -11,6 +11,7 @@ import yaml
 
 from labutil import (API_KEY_FILE, CLIENT_KEY_FILE, INVENTORY, LAB_CA_FILE, ROOT, RouterEndpoint, container_name,
                      engine_url, group_hosts)
+from promutil import monitor_container
 
 
 @pytest.fixture(scope="session")
@@ -104,3 +105,9 @@ def pytest_collection_modifyitems(session, config, items):
         name = item.module.__name__
         return 2 if name == "test_rolling_upgrade" else 1 if name in SITE_RUN_READERS else 0
     items.sort(key=rank)
+
+
+@pytest.fixture(scope="session")
+def monitor(inventory, hostvars):
+    """The container of the lab's monitoring host, whose Prometheus promutil.prom() asks."""
+    return monitor_container(inventory, hostvars)

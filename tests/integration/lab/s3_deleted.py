@@ -1,6 +1,6 @@
 """Objects deleted behind a running LMCache server on the lab's S3 tier (issue #21 item 5), end to end.
 
-Used by test_s3_tier.py while the lab runs on the s3 tier. On the first node:
+Used by test_switches.py while the lab runs on the s3 tier. On the first node:
 
 1. a new prompt is computed (temperature 0); its server stores the complete chunks in its L1
    and in the bucket (SeaweedFS, the lab's StorageGRID stand-in);

@@ -1,6 +1,6 @@
 """An S3 outage behind the lab's LMCache servers, and the tier coming back by itself (issue #40 item 4).
 
-Used by test_s3_tier.py while the lab runs on the s3 tier:
+Used by test_switches.py while the lab runs on the s3 tier:
 
 1. the lab's S3 store (SeaweedFS, StorageGRID's stand-in) is stopped;
 2. new prompts go to every engine directly, so each node's LMCache server submits stores that

@@ -15,65 +15,19 @@ threshold). Its API stays on the container's loopback: the tests ask it with `do
   /api/v1/alerts, and resolves after the engine is started again.
 - The shared tier filled past the lab's threshold: the pruner's metrics (its metrics file, served by
   the proxy) make KvcacheTierVolumeAlmostFull fire, and resolve when the space is back.
-- One node on another hash seed through the inventory: KvcacheCrossInstanceHitsZero fires (after a
-  control where the same traffic loads from the tier and the alert is quiet), and the node is put
-  back on the fleet's seed.
+- One node on another hash seed (KvcacheCrossInstanceHitsZero) is the first switch of
+  test_switches.py, which puts the node back on the fleet's seed with its next converge.
 
-Wall time: about 9 min (three engine restarts on CPU, two nodes-stage runs on one node, the lab's
-2-minute cross-instance window; alert durations of 5-20 s).
+Wall time: about 2.5 min (one engine restart on CPU; alert durations of 5-20 s).
 """
 import importlib.util
 import json
 import os
 import time
-import uuid
 
-import pytest
-
-from faultutil import nodes_stage, wait_healthy
+from faultutil import wait_healthy
 from labutil import ROOT, container_name, docker_exec, group_hosts, http
-
-# Runs inside lab-monitor: GET one Prometheus API path, print the JSON.
-_PROM_GET = ("import sys, urllib.request, urllib.parse\n"
-             "url = 'http://127.0.0.1:9090' + sys.argv[1]\n"
-             "if len(sys.argv) > 2: url += '?' + urllib.parse.urlencode({'query': sys.argv[2]})\n"
-             "print(urllib.request.urlopen(url, timeout=20).read().decode())\n")
-
-
-@pytest.fixture(scope="module")
-def monitor(inventory, hostvars):
-    hosts = [h for h in group_hosts(inventory, "kvcache_monitoring") if h != "localhost"]
-    assert hosts, "the lab inventory has no monitoring host of its own (lab-monitor)"
-    return container_name(hostvars, hosts[0])
-
-
-def prom(monitor, path, query=None):
-    argv = ["python3", "-c", _PROM_GET, path] + ([query] if query else [])
-    body = json.loads(docker_exec(monitor, *argv, timeout=60).stdout)
-    assert body["status"] == "success", body
-    return body["data"]
-
-
-def wait_for(what, probe, timeout, every=3):
-    """Poll probe() until it returns something true; return it, or fail naming what and the last value."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(every)
-    pytest.fail("%s within %d s; last: %r" % (what, timeout, last))
-
-
-def alerts(monitor, name, state="firing", **labels):
-    return [a for a in prom(monitor, "/api/v1/alerts")["alerts"]
-            if a["labels"].get("alertname") == name and a["state"] == state
-            and all(a["labels"].get(k) == v for k, v in labels.items())]
-
-
-def targets(monitor):
-    return [t for t in prom(monitor, "/api/v1/targets")["activeTargets"] if t["labels"].get("kvcache_component")]
+from promutil import alerts, prom, targets, wait_for
 
 
 def test_prometheus_scrapes_every_engine_the_router_the_lmcache_servers_and_the_pruner(
@@ -239,67 +193,3 @@ def test_a_filling_tier_fires_its_alert_which_resolves_when_space_is_back(monito
     wait_for("KvcacheTierVolumeAlmostFull resolved",
              lambda: not alerts(monitor, "KvcacheTierVolumeAlmostFull", state="firing")
              and not alerts(monitor, "KvcacheTierVolumeAlmostFull", state="pending"), timeout=90)
-
-
-def _l2_hits(monitor):
-    result = prom(monitor, "/api/v1/query", 'sum(lmcache_mp_lookup_hit_l2_tokens_total{kvcache_component="lmcache_mp"})')
-    return float(result["result"][0]["value"][1]) if result["result"] else 0.0
-
-
-def _ask(url, key, model, prompt):
-    status, text = http(url + "/v1/chat/completions",
-                        {"model": model, "max_tokens": 1, "temperature": 0,
-                         "messages": [{"role": "user", "content": prompt}]}, key=key, timeout=180)
-    assert status == 200, text[:300]
-
-
-def _prompt(tag):
-    # several of the lab's 256-token chunks
-    return "cross-instance alert %s %s " % (tag, uuid.uuid4().hex) + " ".join(
-        "sentence %d of a shared system prompt." % i for i in range(120))
-
-
-def test_a_node_on_another_hash_seed_fires_the_cross_instance_alert(monitor, inventory, instances, api_key):
-    """Issue #37 item 5: one node on another hash seed, through the inventory (the nodes stage on
-    that node with its own kvcache_hash_seed), names its objects apart: the nodes keep looking up
-    and storing, no node loads anything from the tier, and KvcacheCrossInstanceHitsZero fires. A
-    control first: with one seed, the same traffic loads from the tier and the alert is quiet."""
-    (host_a, _ca, _ia, url_a), (host_b, _cb, _ib, url_b) = instances[0], instances[-1]
-    assert host_a != host_b, "the lab's first and last instances must be on two nodes"
-    served = inventory["_meta"]["hostvars"][host_a]["kvcache_served_model_name"]
-
-    def round_trip(tag):
-        prompt = _prompt(tag)
-        _ask(url_a, api_key, served, prompt)
-        time.sleep(2)  # the first node's server stores the chunks in the tier
-        _ask(url_b, api_key, served, prompt)
-
-    # Control: one seed, a prompt of the first node loaded by the second one from the tier.
-    before = _l2_hits(monitor)
-    round_trip("control")
-    wait_for("the second node's L2 hits in the lab Prometheus", lambda: _l2_hits(monitor) > before, timeout=60)
-    wait_for("KvcacheCrossInstanceHitsZero quiet while the tier serves hits",
-             lambda: not alerts(monitor, "KvcacheCrossInstanceHitsZero", state="firing"), timeout=60)
-
-    seed = str(100000000 + int(time.time()) % 800000000)
-    try:
-        out = nodes_stage("kvcache_hash_seed=%s" % seed, limit=host_b)
-        assert out.returncode == 0, out.stdout[-3000:]
-        assert wait_healthy([url_b], timeout=420), "%s did not come back on its new seed" % host_b
-
-        def fired():
-            round_trip("reseeded")
-            return alerts(monitor, "KvcacheCrossInstanceHitsZero")
-
-        # The window (2 minutes in the lab) must first forget the control's hits.
-        found = wait_for("KvcacheCrossInstanceHitsZero firing with %s on another seed" % host_b, fired,
-                         timeout=420, every=15)
-        assert found[0]["labels"]["severity"] == "warning", found
-    finally:
-        back = nodes_stage(limit=host_b)
-    assert back.returncode == 0, back.stdout[-3000:]
-    assert wait_healthy([url_b], timeout=420)
-    # The fleet's one seed again: the tier serves the second node the first node's prompts.
-    before = _l2_hits(monitor)
-    round_trip("restored")
-    wait_for("L2 hits again on the fleet's one seed", lambda: _l2_hits(monitor) > before, timeout=60)
